@@ -1,0 +1,92 @@
+"""Settings, read once from the environment (and ``.env``) at the outermost edge and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from retrieval.config import BUNDLED_MODEL, RetrievalConfig
+
+
+class ConfigError(Exception):
+    """Configuration that cannot work; the message lists every problem found."""
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(name, name.lower())
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="POLICYPAL_", env_file=".env", extra="ignore", populate_by_name=True
+    )
+
+    data_dir: Path = Path("data")
+
+    # model
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias=_env("OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(default=None, validation_alias=_env("OPENAI_BASE_URL"))
+    model: str = "gpt-4o-mini"
+    model_prices: str | None = None  # JSON {"model": [usd_per_1M_input, usd_per_1M_output]}
+    max_output_tokens: int = 800
+
+    # budgets (per run)
+    max_steps: int = 6
+    max_tokens: int = 20_000
+    deadline_s: float = 20.0
+    max_cost_usd: float | None = 0.05
+    max_searches: int = 3
+    tool_result_chars: int = 4_000
+    compact_at_tokens: int = 12_000
+    pending_ttl_s: int = 24 * 3600
+
+    # retrieval
+    qdrant_url: str | None = None
+    qdrant_path: Path | None = None
+    qdrant_api_key: SecretStr | None = None
+    collection: str = "policies"
+    embedding_model: str = BUNDLED_MODEL
+    top_k: int = 5
+
+    # state
+    database_url: str | None = None
+
+    # Slack
+    slack_bot_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
+    slack_signing_secret: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_SIGNING_SECRET"))
+    slack_app_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_APP_TOKEN"))
+    slack_api_url: str | None = Field(default=None, validation_alias=_env("SLACK_API_URL"))
+
+    # Teams (Bot Framework)
+    microsoft_app_id: str | None = Field(default=None, validation_alias=_env("MicrosoftAppId"))
+    microsoft_app_password: SecretStr | None = Field(
+        default=None, validation_alias=_env("MicrosoftAppPassword")
+    )
+    microsoft_app_type: str | None = Field(default=None, validation_alias=_env("MicrosoftAppType"))
+    microsoft_app_tenant_id: str | None = Field(default=None, validation_alias=_env("MicrosoftAppTenantId"))
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'policypal.db'}"
+
+    def retrieval(self) -> RetrievalConfig:
+        return RetrievalConfig(
+            qdrant_path=self.qdrant_path or self.data_dir / "qdrant",
+            qdrant_url=self.qdrant_url,
+            qdrant_api_key=self.qdrant_api_key.get_secret_value() if self.qdrant_api_key else None,
+            collection=self.collection,
+            embedding_model=self.embedding_model,
+            model_cache_dir=self.data_dir / "models",
+            top_k=self.top_k,
+        )
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings, turning pydantic's errors into one readable ConfigError."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
+        raise ConfigError("Invalid configuration:\n  " + "\n  ".join(problems)) from None

@@ -1,0 +1,162 @@
+"""The contract between the agent core, the model boundary and the adapters.
+
+Messages are chat-completions dicts (``{"role": ..., "content": ...}``) so that history can be stored
+as JSON and sent to any OpenAI-compatible endpoint unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+GIVE_UP_MESSAGE = "I couldn't finish this reliably. I've passed your question to the helpdesk."
+
+
+class TerminationReason(StrEnum):
+    """Why a run ended; every run has exactly one."""
+
+    ANSWERED = "answered"
+    PENDING_CONFIRMATION = "pending_confirmation"
+    STEP_BUDGET = "step_budget"
+    TOKEN_BUDGET = "token_budget"
+    DEADLINE = "deadline"
+    COST_BUDGET = "cost_budget"
+    NO_PROGRESS = "no_progress"
+    POLICY_DENIED = "policy_denied"
+    MODEL_ERROR = "model_error"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class UserRef:
+    """Who is asking, as the platform told us; groups drive audience filters and tool permissions."""
+
+    id: str
+    name: str = ""
+    email: str | None = None
+    groups: tuple[str, ...] = ()
+    is_guest: bool = False
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One user message, mapped from any platform."""
+
+    platform: str  # "slack" | "teams" | "console"
+    channel: str
+    thread: str
+    user: UserRef
+    text: str
+    event_id: str
+    tenant: str = ""
+
+    @property
+    def conversation_key(self) -> str:
+        return f"{self.platform}:{self.tenant}:{self.channel}:{self.thread}"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call as the model sent it; ``arguments`` is the raw JSON text, validated later."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """One model completion: text, tool calls, and the tokens it cost."""
+
+    text: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    finish_reason: str = "stop"
+    model: str = ""
+
+    def as_message(self) -> Message:
+        message: Message = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [call.as_dict() for call in self.tool_calls]
+        return message
+
+
+class ModelError(Exception):
+    """The model endpoint failed after the client's retries; the run ends with ``model_error``."""
+
+
+class ChatModel(Protocol):
+    """The model boundary: the OpenAI-compatible client and the offline model both implement it."""
+
+    name: str
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int,
+        timeout: float,
+    ) -> ModelReply: ...
+
+
+@dataclass(frozen=True)
+class Citation:
+    title: str
+    heading: str
+    source: str
+
+
+@dataclass(frozen=True)
+class PendingAction:
+    """A frozen write call waiting for its requester's Confirm or Cancel."""
+
+    id: str
+    tool: str
+    arguments: dict[str, Any]
+    args_hash: str
+    requester: str
+    text: str  # what the model said alongside the proposal
+    expires_at: datetime
+    state: str = "open"
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    citations: tuple[Citation, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pending:
+    text: str
+    action: PendingAction
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    reason: TerminationReason
+    text: str = GIVE_UP_MESSAGE
+    transcript: dict[str, Any] = field(default_factory=dict)
+    case_id: str | None = None
+
+
+Outcome = Answer | Pending | GaveUp
