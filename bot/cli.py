@@ -1,13 +1,18 @@
-"""The ``policypal`` command: one subcommand per job, each a thin call into the package that owns it."""
+"""The ``policypal`` command: one subcommand per job, each a thin call into the package that owns it.
+
+The CLI is the composition root, so it alone may reach into adapters (lazily, per command).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import getpass
 import logging
 import sys
 from collections.abc import Sequence
 
-from bot.config import ConfigError, load_settings
+from bot.config import ConfigError, Settings, load_settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,7 +28,33 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("-k", type=int, default=None, help="number of passages (default 5)")
     search.add_argument("--section", default=None, help="only this section")
     search.add_argument("--json", action="store_true", help="print one JSON array for scripts")
+
+    ask = sub.add_parser("ask", help="ask one question in the terminal")
+    ask.add_argument("question")
+    _user_options(ask)
+    ask.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    choice = ask.add_mutually_exclusive_group()
+    choice.add_argument("--yes", action="store_true", help="confirm a proposed ticket without a prompt")
+    choice.add_argument("--no", action="store_true", help="cancel a proposed ticket without a prompt")
+
+    chat = sub.add_parser("chat", help="chat in the terminal (one thread)")
+    _user_options(chat)
+
+    decide = sub.add_parser("decide", help="confirm or cancel a pending action by id")
+    decide.add_argument("pending_id")
+    decide.add_argument("decision", choices=["confirm", "cancel"])
+    _user_options(decide)
+
+    traces = sub.add_parser("traces", help="list recent runs, or show one run's steps")
+    traces.add_argument("run_id", nargs="?")
+    traces.add_argument("-n", type=int, default=20, help="how many runs to list")
+    traces.add_argument("--json", action="store_true")
     return parser
+
+
+def _user_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", default=None, help="user id (default: your login name)")
+    parser.add_argument("--group", action="append", default=[], help="audience group (repeatable)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,9 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         settings = load_settings()
+        return _dispatch(args, settings)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "index":
         from retrieval.commands import run_index
 
@@ -42,7 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from retrieval.commands import run_search
 
         return run_search(settings.retrieval(), args.query, k=args.k, section=args.section, as_json=args.json)
-    return 2
+    if args.command == "traces":
+        from bot.trace_report import show_traces
+
+        return asyncio.run(show_traces(settings, args.run_id, limit=args.n, as_json=args.json))
+    from adapters.console import run_terminal
+
+    return asyncio.run(run_terminal(settings, args, _user_id(args)))
+
+
+def _user_id(args: argparse.Namespace) -> str:
+    return args.user or getpass.getuser()
 
 
 if __name__ == "__main__":

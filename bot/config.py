@@ -19,9 +19,7 @@ def _env(name: str) -> AliasChoices:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="POLICYPAL_", env_file=".env", extra="ignore", populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="POLICYPAL_", env_file=".env", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Path("data")
 
@@ -61,9 +59,7 @@ class Settings(BaseSettings):
 
     # Teams (Bot Framework)
     microsoft_app_id: str | None = Field(default=None, validation_alias=_env("MicrosoftAppId"))
-    microsoft_app_password: SecretStr | None = Field(
-        default=None, validation_alias=_env("MicrosoftAppPassword")
-    )
+    microsoft_app_password: SecretStr | None = Field(default=None, validation_alias=_env("MicrosoftAppPassword"))
     microsoft_app_type: str | None = Field(default=None, validation_alias=_env("MicrosoftAppType"))
     microsoft_app_tenant_id: str | None = Field(default=None, validation_alias=_env("MicrosoftAppTenantId"))
 

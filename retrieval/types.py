@@ -43,8 +43,12 @@ class LoadFailure:
 
 @dataclass
 class LoadReport:
+    """What a load produced: documents to index, files that failed, and what was skipped or noted."""
+
     documents: list[Document] = field(default_factory=list)
     failures: list[LoadFailure] = field(default_factory=list)
+    duplicates: list[tuple[Path, str]] = field(default_factory=list)  # (skipped path, doc_id of the original)
+    notes: list[tuple[Path, str]] = field(default_factory=list)  # loaded, but worth telling (e.g. cp1252 text)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,204 @@
+"""The terminal chat: the embedded default, so a new user sees a whole run without Slack or Teams."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal, TextIO
+
+from bot.config import Settings
+from bot.service import DecisionReply, PolicyPal, Reply
+from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
+from bot.wiring import SAMPLE_POLICIES, open_service
+
+Decide = Literal["confirm", "cancel"] | None
+
+
+def inbound(text: str, user: UserRef, thread: str) -> Inbound:
+    return Inbound(
+        platform="console", channel="terminal", thread=thread, user=user, text=text, event_id=uuid.uuid4().hex
+    )
+
+
+async def ask(
+    service: PolicyPal,
+    question: str,
+    user: UserRef,
+    *,
+    answer_pending: Decide = None,
+    as_json: bool = False,
+    prompt: Callable[[str], str] | None = input,
+    out: TextIO = sys.stdout,
+) -> int:
+    """One question; a pending ticket is confirmed or cancelled by flag, by prompt, or left open."""
+    reply = await service.handle_message(inbound(question, user, uuid.uuid4().hex[:12]))
+    assert reply is not None  # a fresh event id is never a duplicate
+    decided: DecisionReply | None = None
+    if isinstance(reply.outcome, Pending):
+        if not as_json:
+            out.write(render(reply) + "\n")
+        choice = answer_pending or _prompt_choice(prompt)
+        if choice is not None:
+            decided = await decide(service, reply.outcome, user, choice)
+    if as_json:
+        out.write(json.dumps(outcome_json(reply, decided), indent=2, ensure_ascii=False) + "\n")
+    elif decided is not None:
+        out.write(render_decision(decided) + "\n")
+    elif not isinstance(reply.outcome, Pending):
+        out.write(render(reply) + "\n")
+    final = decided.reply if decided and decided.reply else reply
+    return 0 if isinstance(final.outcome, Answer | Pending) else 3
+
+
+async def decide(service: PolicyPal, pending: Pending, user: UserRef, choice: str) -> DecisionReply:
+    action = pending.action
+    return await service.decide(action.id, user, choice, action.args_hash)  # type: ignore[arg-type]
+
+
+async def chat(
+    service: PolicyPal, user: UserRef, *, read: Callable[[str], str] = input, out: TextIO = sys.stdout
+) -> int:
+    """A conversation in one thread: follow-ups see the earlier questions and answers."""
+    thread = uuid.uuid4().hex[:12]
+    out.write("PolicyPal: ask about company policies. Empty line or Ctrl-D to quit.\n")
+    while True:
+        try:
+            question = read("you> ").strip()
+        except EOFError:
+            return 0
+        if not question:
+            return 0
+        reply = await service.handle_message(inbound(question, user, thread))
+        assert reply is not None
+        out.write(render(reply) + "\n")
+        if isinstance(reply.outcome, Pending):
+            choice = _prompt_choice(read)
+            if choice is not None:
+                out.write(render_decision(await decide(service, reply.outcome, user, choice)) + "\n")
+
+
+def _prompt_choice(prompt: Callable[[str], str] | None) -> Decide:
+    if prompt is None or (not sys.stdin.isatty() and prompt is input):
+        return None
+    try:
+        answer = prompt("Confirm? [y/N] ").strip().lower()
+    except EOFError:
+        return None
+    return "confirm" if answer in ("y", "yes") else "cancel"
+
+
+def render(reply: Reply) -> str:
+    outcome = reply.outcome
+    if isinstance(outcome, Answer):
+        body = outcome.text
+        if outcome.citations:
+            sources = "\n".join(f"  - {c.title} › {c.heading} ({c.source})" for c in outcome.citations)
+            body += "\n\nSources:\n" + sources
+    elif isinstance(outcome, Pending):
+        body = render_card(outcome)
+    else:
+        body = f"{outcome.text}\n(reference: {reply.run_id}, reason: {outcome.reason})"
+    return body
+
+
+def render_card(pending: Pending) -> str:
+    action = pending.action
+    fields = "\n".join(f"│ {name:<9} {action.arguments.get(name, '')}" for name in ("category", "summary", "urgency"))
+    lines = [f"┌ {action.tool}: needs your confirmation", f"│ {pending.text}" if pending.text else "│", fields]
+    lines.append(f"└ pending {action.id} · expires {action.expires_at:%Y-%m-%d %H:%M} UTC")
+    return "\n".join(lines)
+
+
+def render_decision(decided: DecisionReply) -> str:
+    parts = [decided.decision.message] if decided.decision.message else []
+    if decided.result is not None:
+        parts.append(_result_line(decided.result))
+    if decided.reply is not None:
+        parts.append(render(decided.reply))
+    return "\n".join(parts)
+
+
+def _result_line(result: dict[str, Any]) -> str:
+    if "ticket_id" in result:
+        return f"Ticket {result['ticket_id']} created."
+    if result.get("status") == "cancelled":
+        return "Cancelled: no ticket was raised."
+    return f"The action failed: {result.get('error', result)}"
+
+
+def outcome_json(reply: Reply, decided: DecisionReply | None = None) -> dict[str, Any]:
+    """One object for scripts: the first run, the pending action and, if decided, the continued run."""
+    final = decided.reply if decided and decided.reply else reply
+    data: dict[str, Any] = {"run_id": reply.run_id, **_outcome_fields(final)}
+    if isinstance(reply.outcome, Pending):
+        action = reply.outcome.action
+        data["pending"] = {
+            "id": action.id,
+            "tool": action.tool,
+            "arguments": action.arguments,
+            "args_hash": action.args_hash,
+            "expires_at": action.expires_at.isoformat(),
+            "state": decided.decision.status if decided else "open",
+        }
+    if decided is not None:
+        data["decision"] = decided.status
+        data["ticket"] = decided.result if decided.result and "ticket_id" in decided.result else None
+        data["final_run_id"] = final.run_id
+    return data
+
+
+def _outcome_fields(reply: Reply) -> dict[str, Any]:
+    outcome = reply.outcome
+    fields: dict[str, Any] = {
+        "reason": reply.reason.value,
+        "answer": None,
+        "citations": [],
+        "steps": reply.steps,
+        "tokens": reply.tokens,
+        "cost_usd": round(reply.cost_usd, 6),
+    }
+    if isinstance(outcome, Answer):
+        fields["answer"] = outcome.text
+        fields["citations"] = [c.__dict__ for c in outcome.citations]
+    elif isinstance(outcome, GaveUp):
+        fields["answer"] = outcome.text
+    return fields
+
+
+async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: str) -> int:
+    """Entry for `policypal ask|chat|decide`: open the service on embedded defaults and run the command."""
+    user = UserRef(id=user_id, name=user_id, groups=tuple(args.group))
+    ensure_sample_index(settings)
+    service = await open_service(settings)
+    try:
+        if args.command == "ask":
+            choice: Decide = "confirm" if args.yes else "cancel" if args.no else None
+            return await ask(service, args.question, user, answer_pending=choice, as_json=args.json)
+        if args.command == "chat":
+            return await chat(service, user)
+        return await decide_by_id(service, args.pending_id, user, args.decision)
+    finally:
+        await service.close()
+
+
+async def decide_by_id(
+    service: PolicyPal, pending_id: str, user: UserRef, choice: str, out: TextIO = sys.stdout
+) -> int:
+    """Decide a pending action from a later process: the card's hash comes from the stored call."""
+    record = await service.pending.get(pending_id)
+    if record is None:
+        out.write(f"No pending action {pending_id}.\n")
+        return 1
+    decided = await service.decide(pending_id, user, choice, record.args_hash)  # type: ignore[arg-type]
+    out.write(render_decision(decided) + "\n")
+    return 0 if decided.status in ("confirmed", "cancelled") else 1
+
+
+def ensure_sample_index(settings: Settings) -> None:
+    """First use on embedded defaults: index the sample policies so `ask` works at once."""
+    from retrieval.commands import index_if_missing
+
+    index_if_missing(settings.retrieval(), SAMPLE_POLICIES)

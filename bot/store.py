@@ -1,0 +1,504 @@
+"""Persistence: event dedupe, thread history, run traces and pending actions.
+
+One code path for SQLite (aiosqlite, the embedded default) and PostgreSQL (asyncpg, shared by
+replicas). Methods are single statements wherever correctness across processes depends on it: a
+claim is one ``INSERT ... ON CONFLICT DO NOTHING`` and a pending transition is one
+``UPDATE ... WHERE id = :id AND state IN (...)``; the affected row count is the answer, so no
+process ever acts on a stale read.
+
+All models live on one declarative ``Base`` so Alembic can autogenerate migrations from
+``Base.metadata``. Timestamps are timezone-aware UTC in and out (SQLite hands back naive values;
+``UtcDateTime`` normalises them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from bot.types import Message, PendingAction
+
+log = logging.getLogger(__name__)
+
+SQLITE_BUSY_TIMEOUT_MS = 5_000
+SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+RunStatus = Literal["running", "finished"]
+PendingState = Literal["open", "executing", "done", "failed", "cancelled", "expired", "unknown"]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC: the only kind of time the store accepts."""
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always aware UTC, whatever the database hands back."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; pass a timezone-aware time")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _json() -> JSON:
+    # none_as_null: a Python None is SQL NULL, not the JSON text 'null'.
+    return JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class ProcessedEvent(Base):
+    __tablename__ = "processed_events"
+
+    event_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    messages: Mapped[list[Message]] = mapped_column(_json())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (Index(None, "status", "owner"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    conversation_key: Mapped[str] = mapped_column(String(512), index=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str] = mapped_column(String(255))
+    question: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(32))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    model: Mapped[str] = mapped_column(String(255))
+    trace: Mapped[list[dict[str, Any]]] = mapped_column(_json())
+    feedback: Mapped[str | None] = mapped_column(String(32))
+    feedback_by: Mapped[str | None] = mapped_column(String(255))
+    owner: Mapped[str] = mapped_column(String(255))
+
+
+class TicketRow(Base):
+    """Tickets of the local backend: the embedded default's ticketing system."""
+
+    __tablename__ = "tickets"
+
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    category: Mapped[str] = mapped_column(String(64))
+    summary: Mapped[str] = mapped_column(String(255))
+    urgency: Mapped[str] = mapped_column(String(16))
+    details: Mapped[str] = mapped_column(Text, default="")
+    requester_id: Mapped[str] = mapped_column(String(255))
+    requester_name: Mapped[str] = mapped_column(String(255), default="")
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class PendingActionRow(Base):
+    __tablename__ = "pending_actions"
+    __table_args__ = (Index(None, "state", "expires_at"), Index(None, "state", "decided_at"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    conversation_key: Mapped[str] = mapped_column(String(512))
+    requester: Mapped[str] = mapped_column(String(255))
+    tool: Mapped[str] = mapped_column(String(128))
+    call_id: Mapped[str] = mapped_column(String(255))
+    arguments: Mapped[dict[str, Any]] = mapped_column(_json())
+    args_hash: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    decider: Mapped[str | None] = mapped_column(String(255))
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    result: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    platform_message: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    run_state: Mapped[dict[str, Any]] = mapped_column(_json())
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as stored: what the CLI lists and a sweeper inspects."""
+
+    id: str
+    conversation_key: str
+    platform: str
+    user_id: str
+    question: str
+    status: RunStatus
+    reason: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    latency_ms: float
+    model: str
+    trace: list[dict[str, Any]]
+    feedback: str | None
+    feedback_by: str | None
+    owner: str
+
+
+@dataclass(frozen=True)
+class PendingRecord:
+    """Everything stored about a pending action, including the frozen call and the run to resume."""
+
+    id: str
+    run_id: str
+    conversation_key: str
+    requester: str
+    tool: str
+    call_id: str
+    arguments: dict[str, Any]
+    args_hash: str
+    text: str
+    state: PendingState
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None
+    decider: str | None
+    finished_at: datetime | None
+    result: dict[str, Any] | None
+    platform_message: dict[str, Any] | None
+    run_state: dict[str, Any]
+
+    def as_action(self) -> PendingAction:
+        """The public view adapters render as a card."""
+        return PendingAction(
+            id=self.id,
+            tool=self.tool,
+            arguments=self.arguments,
+            args_hash=self.args_hash,
+            requester=self.requester,
+            text=self.text,
+            expires_at=self.expires_at,
+            state=self.state,
+        )
+
+
+_PENDING_COLUMNS = frozenset(f.name for f in dataclasses.fields(PendingRecord))
+
+
+def _run_row(row: Any) -> RunRow:
+    return RunRow(**row._mapping)
+
+
+def _pending_record(row: Any) -> PendingRecord:
+    return PendingRecord(**row._mapping)
+
+
+def _check_pending_columns(names: Sequence[str]) -> None:
+    unknown = set(names) - _PENDING_COLUMNS
+    if unknown:
+        raise TypeError(f"not pending_actions columns: {sorted(unknown)}")
+
+
+def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers and one writer work at once; the busy timeout makes a second process wait
+    # for the write lock instead of failing with "database is locked". synchronous=NORMAL is safe
+    # in WAL against process crashes and corruption; only an OS crash or power cut can lose the
+    # last commits. It keeps finish_run near 1.7 ms median (FULL: 2.2-2.9 ms, p95 up to 5 ms).
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _prepare_sqlite_file(url: str) -> None:
+    database = make_url(url).database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+class Store:
+    """Async access to PolicyPal's tables; open one per process and share it."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        dialect = engine.dialect.name
+        self._insert: Callable[..., Any] = sqlite_insert if dialect == "sqlite" else pg_insert
+
+    @classmethod
+    async def open(cls, url: str, *, connect_args: Mapping[str, Any] | None = None) -> Store:
+        """Connect and create missing tables; ``connect_args`` go to the driver (tests: a search_path)."""
+        dialect = make_url(url).get_backend_name()
+        if dialect not in SUPPORTED_DIALECTS:
+            raise ValueError(f"unsupported database {dialect!r}; use sqlite+aiosqlite or postgresql+asyncpg")
+        if dialect == "sqlite":
+            _prepare_sqlite_file(url)
+        engine = create_async_engine(url, connect_args=dict(connect_args or {}), pool_pre_ping=dialect != "sqlite")
+        if dialect == "sqlite":
+            event.listen(engine.sync_engine, "connect", _tune_sqlite)
+        async with engine.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+        return cls(engine)
+
+    async def close(self) -> None:
+        """Release every pooled connection."""
+        await self._engine.dispose()
+
+    # -- event dedupe --------------------------------------------------------------------------
+
+    async def claim_event(self, event_id: str) -> bool:
+        """True the first time an event id is seen by any process; False for a platform retry."""
+        stmt = self._insert(ProcessedEvent).values(event_id=event_id, received_at=utcnow())
+        async with self._engine.begin() as conn:
+            result = await conn.execute(stmt.on_conflict_do_nothing(index_elements=["event_id"]))
+        return result.rowcount == 1
+
+    async def prune_events(self, before: datetime) -> int:
+        """Forget event ids received before ``before`` (platforms stop retrying within minutes)."""
+        stmt = ProcessedEvent.__table__.delete().where(ProcessedEvent.received_at < before)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount
+
+    # -- conversations -------------------------------------------------------------------------
+
+    async def load_history(self, key: str) -> list[Message]:
+        """The stored messages of a thread, oldest first; empty for a new thread."""
+        async with self._engine.connect() as conn:
+            messages = await conn.scalar(select(Conversation.messages).where(Conversation.key == key))
+        return list(messages or [])
+
+    async def save_history(self, key: str, messages: Sequence[Message]) -> None:
+        """Replace a thread's messages (insert or update in one statement)."""
+        values = {"messages": list(messages), "updated_at": utcnow()}
+        stmt = self._insert(Conversation).values(key=key, **values)
+        stmt = stmt.on_conflict_do_update(index_elements=["key"], set_=values)
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt)
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        run_id: str,
+        conversation_key: str,
+        platform: str,
+        user_id: str,
+        question: str,
+        model: str,
+        owner: str,
+    ) -> None:
+        """Record a run as running, so a crash leaves a trace a sweeper can find."""
+        row = {
+            "id": run_id,
+            "conversation_key": conversation_key,
+            "platform": platform,
+            "user_id": user_id,
+            "question": question,
+            "status": "running",
+            "started_at": utcnow(),
+            "model": model,
+            "trace": [],
+            "owner": owner,
+        }
+        async with self._engine.begin() as conn:
+            await conn.execute(Run.__table__.insert().values(row))
+
+    async def finish_run(
+        self,
+        run_id: str,
+        *,
+        reason: str,
+        steps: int,
+        input_tokens: int,
+        output_tokens: int,
+        cost_usd: float,
+        latency_ms: float,
+        trace: list[dict[str, Any]],
+    ) -> None:
+        """Store a run's totals and trace in one UPDATE (it sits on every reply's path)."""
+        stmt = (
+            update(Run)
+            .where(Run.id == run_id)
+            .values(
+                status="finished",
+                reason=str(reason),
+                finished_at=utcnow(),
+                steps=steps,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cost_usd=cost_usd,
+                latency_ms=latency_ms,
+                trace=trace,
+            )
+        )
+        async with self._engine.begin() as conn:
+            if (await conn.execute(stmt)).rowcount != 1:
+                log.warning("finish_run: no run %s to finish", run_id)
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """One run with its trace, for the CLI and feedback."""
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(Run.__table__).where(Run.id == run_id))).first()
+        return _run_row(row) if row else None
+
+    async def list_runs(self, limit: int = 20) -> list[RunRow]:
+        """The most recent runs, newest first."""
+        stmt = select(Run.__table__).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            return [_run_row(row) for row in await conn.execute(stmt)]
+
+    async def set_feedback(self, run_id: str, value: str, user_id: str) -> bool:
+        """Attach a thumbs-up/down to a run; False when the run does not exist."""
+        stmt = update(Run).where(Run.id == run_id).values(feedback=value, feedback_by=user_id)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def running_runs(self, owner: str | None = None) -> list[RunRow]:
+        """Runs never finished, optionally of one owner process: candidates for crash recovery."""
+        stmt = select(Run.__table__).where(Run.status == "running").order_by(Run.started_at)
+        if owner is not None:
+            stmt = stmt.where(Run.owner == owner)
+        async with self._engine.connect() as conn:
+            return [_run_row(row) for row in await conn.execute(stmt)]
+
+    # -- local tickets ---------------------------------------------------------------------------
+
+    async def create_ticket(self, idempotency_key: str, **fields: Any) -> tuple[int, bool]:
+        """Insert a ticket once per idempotency key; returns (number, created now)."""
+        stmt = self._insert(TicketRow).values(idempotency_key=idempotency_key, created_at=utcnow(), **fields)
+        stmt = stmt.on_conflict_do_nothing(index_elements=["idempotency_key"])
+        query = select(TicketRow.number).where(TicketRow.idempotency_key == idempotency_key)
+        async with self._engine.begin() as conn:
+            created = (await conn.execute(stmt)).rowcount == 1
+            number = await conn.scalar(query)
+        return int(number), created
+
+    async def get_ticket(self, number: int) -> dict[str, Any] | None:
+        """One local ticket as a plain dict, for tests and the CLI."""
+        query = select(TicketRow.__table__).where(TicketRow.number == number)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return dict(row._mapping) if row else None
+
+    async def count_tickets(self) -> int:
+        async with self._engine.connect() as conn:
+            return int(await conn.scalar(select(func.count()).select_from(TicketRow)) or 0)
+
+    # -- pending actions (low level; bot.pending owns the rules) ------------------------------
+
+    async def insert_pending(self, record: PendingRecord) -> None:
+        """Store a newly proposed action."""
+        values = dataclasses.asdict(record)
+        async with self._engine.begin() as conn:
+            await conn.execute(PendingActionRow.__table__.insert().values(values))
+
+    async def get_pending(self, pending_id: str) -> PendingRecord | None:
+        """One pending action as currently stored."""
+        stmt = select(PendingActionRow.__table__).where(PendingActionRow.id == pending_id)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(stmt)).first()
+        return _pending_record(row) if row else None
+
+    async def transition(
+        self,
+        pending_id: str,
+        from_states: tuple[str, ...],
+        to_state: str,
+        *,
+        not_expired_at: datetime | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Move a pending action between states in one conditional UPDATE; True only for the winner.
+
+        ``not_expired_at`` adds ``AND expires_at > :t`` so a confirm cannot land after expiry.
+        """
+        _check_pending_columns(list(fields))
+        table = PendingActionRow
+        stmt = update(table).where(table.id == pending_id, table.state.in_(from_states))
+        if not_expired_at is not None:
+            stmt = stmt.where(table.expires_at > not_expired_at)
+        async with self._engine.begin() as conn:
+            result = await conn.execute(stmt.values(state=to_state, **fields))
+        return result.rowcount == 1
+
+    async def update_pending(self, pending_id: str, **fields: Any) -> bool:
+        """Set non-state fields (e.g. the platform message); False when the id is unknown."""
+        _check_pending_columns(list(fields))
+        if "state" in fields:
+            raise TypeError("change state with transition(), never unconditionally")
+        stmt = update(PendingActionRow).where(PendingActionRow.id == pending_id).values(**fields)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def find_pending(
+        self,
+        state: str,
+        *,
+        expires_by: datetime | None = None,
+        decided_by: datetime | None = None,
+        limit: int = 500,
+    ) -> list[PendingRecord]:
+        """Actions in one state, optionally due by expiry or decision time; sweepers' candidates."""
+        table = PendingActionRow
+        stmt = select(table.__table__).where(table.state == state)
+        if expires_by is not None:
+            stmt = stmt.where(table.expires_at <= expires_by)
+        if decided_by is not None:
+            stmt = stmt.where(table.decided_at <= decided_by)
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(stmt.order_by(table.created_at).limit(limit))
+            return [_pending_record(row) for row in rows]

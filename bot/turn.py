@@ -1,0 +1,157 @@
+"""One turn's tool calls: guards first, then the permitted reads run concurrently, results in call order.
+
+Every call in the assistant message gets exactly one result here, except the single write call that
+becomes a pending action; its result arrives when the requester decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.canonical import canonical_json
+from bot.run_state import RunState
+from bot.tools import Consequence, Tool, ToolContext, ToolRefusal, ToolRegistry
+from bot.trace import RunTrace, Step, Stopwatch
+from bot.types import Citation, ToolCall
+
+log = logging.getLogger(__name__)
+
+SEARCH_EXHAUSTED = "No further results. If the answer is not in what you have, say it is not in the policy."
+REPEATED_CALL = "You already called {name} with exactly these arguments in this run. Use the earlier result."
+ANOTHER_PENDING = "Not run: another action in this turn is already waiting for the user's confirmation."
+PREVIEW_CHARS = 1_000
+
+
+@dataclass(frozen=True)
+class TurnLimits:
+    max_searches: int = 3
+    search_tool: str = "search_policies"
+    result_chars: int = 4_000
+
+
+@dataclass(frozen=True)
+class ProposedWrite:
+    call: ToolCall
+    tool: Tool
+    arguments: dict[str, Any]
+
+
+@dataclass
+class TurnResult:
+    results: dict[str, str] = field(default_factory=dict)  # call id -> content (all but the pending one)
+    pending: ProposedWrite | None = None
+    denied_write: bool = False
+    repeats: int = 0
+
+
+@dataclass(frozen=True)
+class _Ready:
+    call: ToolCall
+    tool: Tool
+    arguments: dict[str, Any]
+
+
+async def run_turn(
+    calls: tuple[ToolCall, ...],
+    registry: ToolRegistry,
+    state: RunState,
+    limits: TurnLimits,
+    trace: RunTrace,
+    timeout_s: float,
+) -> TurnResult:
+    turn = TurnResult()
+    ready: list[_Ready] = []
+    for call in calls:
+        outcome = _admit(call, registry, state, limits, turn)
+        if isinstance(outcome, _Ready):
+            ready.append(outcome)
+        elif outcome is not None:
+            turn.results[call.id] = _cap(outcome, limits.result_chars)
+            trace.add(Step("tool", call.name, call_id=call.id, arguments=call.arguments, error=outcome))
+    context = ToolContext(user=state.user, run_id=state.run_id, conversation_key=state.conversation_key)
+    runs = [_execute(r, context, state, trace, timeout_s) for r in ready]
+    contents = [await runs[0]] if len(runs) == 1 else await asyncio.gather(*runs)
+    for item, content in zip(ready, contents, strict=True):
+        turn.results[item.call.id] = _cap(content, limits.result_chars)
+    return turn
+
+
+def _admit(
+    call: ToolCall, registry: ToolRegistry, state: RunState, limits: TurnLimits, turn: TurnResult
+) -> _Ready | str | None:
+    """Apply the guards in order; returns a ready call, an error observation, or None (now pending)."""
+    try:
+        tool, arguments = registry.parse(call.name, call.arguments)
+        key = f"{tool.name}:{canonical_json(arguments)}"
+        if key in state.seen_calls:
+            turn.repeats += 1
+            return _error(REPEATED_CALL.format(name=tool.name))
+        state.seen_calls.add(key)
+        registry.validate(tool, arguments)
+        registry.authorise(tool, state.user)
+    except ToolRefusal as refusal:
+        turn.denied_write = turn.denied_write or refusal.denied_write
+        return _error(str(refusal))
+    if tool.name == limits.search_tool:
+        if state.searches >= limits.max_searches:
+            return json.dumps({"results": [], "note": SEARCH_EXHAUSTED})
+        state.searches += 1
+    if tool.consequence == Consequence.WRITE:
+        if turn.pending is not None:
+            return _error(ANOTHER_PENDING)
+        turn.pending = ProposedWrite(call, tool, arguments)
+        return None
+    return _Ready(call, tool, arguments)
+
+
+async def _execute(ready: _Ready, context: ToolContext, state: RunState, trace: RunTrace, timeout_s: float) -> str:
+    watch = Stopwatch()
+    step = trace.add(Step("tool", ready.tool.name, call_id=ready.call.id, arguments=ready.call.arguments))
+    try:
+        async with asyncio.timeout(timeout_s):
+            result = await ready.tool.handler(ready.arguments, context)
+        content = json.dumps(result, ensure_ascii=False)
+        _collect_sources(result, state)
+    except TimeoutError:
+        content = _error(f"{ready.tool.name} did not finish in time.")
+        step.error = "timeout"
+    except Exception as exc:  # a failing tool is an observation, never the end of the run
+        log.exception("tool %s raised", ready.tool.name)
+        content = _error(f"{ready.tool.name} failed: {type(exc).__name__}: {exc}")
+        step.error = f"{type(exc).__name__}: {exc}"
+    step.latency_ms = watch.ms()
+    step.result_chars = len(content)
+    step.text = content[:PREVIEW_CHARS]
+    return content
+
+
+async def execute_confirmed(tool: Tool, arguments: dict[str, Any], context: ToolContext) -> tuple[bool, dict[str, Any]]:
+    """Run a frozen write exactly as stored: no model call in between; failure is a result, not a raise."""
+    try:
+        return True, await tool.handler(arguments, context)
+    except Exception as exc:
+        log.exception("confirmed %s failed", tool.name)
+        return False, {"error": f"{tool.name} failed: {type(exc).__name__}: {exc}"}
+
+
+def _collect_sources(result: dict[str, Any], state: RunState) -> None:
+    """Remember where each cite came from, so a final answer's citations can link to the source."""
+    for item in result.get("results", []) if isinstance(result, dict) else []:
+        cite = item.get("cite") if isinstance(item, dict) else None
+        if cite:
+            title, _, heading = cite.partition(" › ")
+            state.sources[cite] = Citation(title=title, heading=heading, source=str(item.get("source", "")))
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)
+
+
+def _cap(content: str, limit: int) -> str:
+    if len(content) <= limit:
+        return content
+    return content[:limit] + f"\n…[truncated: {len(content) - limit} more characters]"

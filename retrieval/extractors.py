@@ -1,0 +1,158 @@
+"""Text out of binary formats (PDF, DOCX) as rough Markdown, ready for markdown_norm.
+
+PDF has no structure to read, so headings are guessed cheaply (short Title Case or numbered lines);
+DOCX carries styles, so Heading N, list paragraphs and tables map directly.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+
+import docx
+from docx.table import Table
+from docx.text.paragraph import Paragraph
+from pypdf import PdfReader
+
+
+class ExtractError(Exception):
+    """A file that cannot become a document; the message is the reason shown to the operator."""
+
+
+@dataclass(frozen=True)
+class Extracted:
+    markdown: str
+    title: str | None = None  # from the file's own metadata, when it has any
+
+
+_BULLET = re.compile(r"^[•●▪◦■‣–-]\s*")
+_NUMBERED = re.compile(r"^(\d{1,2}(?:\.\d{1,2})*)\.?\s+(\S.*)$")
+_SENTENCE_END = (".", "!", "?", ":", ";")
+_MINOR_WORDS = frozenset({"a", "an", "and", "as", "at", "by", "for", "in", "of", "on", "or", "the", "to", "with"})
+
+
+def pdf_to_markdown(data: bytes) -> Extracted:
+    """Extract a PDF's text page by page; raise ExtractError for files pypdf cannot read."""
+    if b"%PDF-" not in data[:1024]:
+        raise ExtractError("not a PDF (no %PDF- header)")
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise ExtractError("encrypted PDF (needs a password)")
+        pages = [page.extract_text() or "" for page in reader.pages]
+        title = reader.metadata.title if reader.metadata else None
+    except ExtractError:
+        raise
+    except Exception as exc:  # pypdf signals damage with many exception types
+        raise ExtractError(f"unreadable PDF: {exc}") from exc
+    markdown = "\n\n".join(_pdf_page(text) for text in pages)
+    return Extracted(re.sub(r"^## ", "# ", markdown.lstrip(), count=1), _clean_title(title))
+
+
+def _pdf_page(text: str) -> str:
+    """Rough Markdown for one page: bullets, guessed headings, a blank line after paragraph-ending lines."""
+    text = re.sub(r"([a-z])-\n([a-z])", r"\1\2", text)  # re-join words hyphenated at line ends
+    lines = [line.strip() for line in text.splitlines()]
+    widest = max((len(line) for line in lines), default=0)
+    out: list[str] = []
+    after_break = True  # the page start, a blank line, a sentence end or a heading: a heading may follow
+    for index, line in enumerate(lines):
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        level = _heading_level(line, following) if after_break else 0
+        if level:
+            out += ["", "#" * level + " " + _NUMBERED.sub(r"\1 \2", line), ""]
+        else:
+            out += _pdf_line(line, widest)
+        after_break = bool(level) or not line or line.endswith(_SENTENCE_END)
+    return "\n".join(out)
+
+
+def _pdf_line(line: str, widest: int) -> list[str]:
+    if _BULLET.match(line):
+        return [_BULLET.sub("- ", line)]
+    ends_paragraph = line.endswith(_SENTENCE_END) and len(line) < 0.75 * widest
+    return [line, ""] if ends_paragraph else [line]
+
+
+def _heading_level(line: str, following: str) -> int:
+    """2 for a short Title Case line, deeper for "1.2 Foo"; 0 when the line reads as prose."""
+    if not line or len(line) > 60 or line.endswith((*_SENTENCE_END, ",")) or following[:1].islower():
+        return 0
+    numbered = _NUMBERED.match(line)
+    words = (numbered.group(2) if numbered else line).split()
+    if not 1 <= len(words) <= 8 or not _is_title_case(words):
+        return 0
+    return min(numbered.group(1).count(".") + 2, 6) if numbered else 2
+
+
+def _is_title_case(words: list[str]) -> bool:
+    significant = [word for word in words if word.lower() not in _MINOR_WORDS]
+    capitalised = [word for word in significant if word[:1].isupper() or word[:1].isdigit()]
+    return bool(significant) and words[0][:1].isupper() and len(capitalised) >= 0.6 * len(significant)
+
+
+def docx_to_markdown(data: bytes) -> Extracted:
+    """Extract a DOCX body in order: Heading N styles, list paragraphs as bullets, tables as pipe tables."""
+    if not data.startswith(b"PK"):
+        raise ExtractError("not a DOCX (not a zip archive)")
+    try:
+        document = docx.Document(io.BytesIO(data))
+        items = list(document.iter_inner_content())
+        shift = 1 if any(_style(item) == "Title" for item in items) else 0  # Heading 1 sits under a Title
+        blocks = [_docx_block(item, shift) for item in items]
+        title = document.core_properties.title
+    except Exception as exc:  # python-docx raises zip, XML and KeyError alike for damaged files
+        raise ExtractError(f"unreadable DOCX: {exc}") from exc
+    return Extracted("\n\n".join(block for block in blocks if block), _clean_title(title))
+
+
+def _style(item: Paragraph | Table) -> str:
+    return item.style.name if isinstance(item, Paragraph) and item.style is not None else ""
+
+
+def _docx_block(item: Paragraph | Table, shift: int) -> str:
+    if isinstance(item, Table):
+        return _docx_table(item)
+    text, style = item.text.strip(), _style(item)
+    if not text:
+        return ""
+    if style == "Title":
+        return f"# {text}"
+    if match := re.fullmatch(r"Heading (\d)", style):
+        return f"{'#' * min(int(match.group(1)) + shift, 6)} {text}"
+    depth = _list_depth(item, style)
+    return f"{'  ' * depth}- {text}" if depth is not None else text
+
+
+def _list_depth(paragraph: Paragraph, style: str) -> int | None:
+    """Nesting from the paragraph's numbering level, else from a "List Bullet 2" style name."""
+    levels = paragraph._p.xpath("./w:pPr/w:numPr/w:ilvl/@w:val")
+    if levels:
+        return int(levels[0])
+    if not style.startswith("List") and not paragraph._p.xpath("./w:pPr/w:numPr"):
+        return None
+    number = re.search(r" (\d)$", style)
+    return int(number.group(1)) - 1 if number else 0
+
+
+def _docx_table(table: Table) -> str:
+    rows = []
+    for row in table.rows:
+        cells, previous = [], None
+        for cell in row.cells:
+            if cell._tc is not previous:  # a merged cell is returned once per grid column it spans
+                cells.append(" ".join(cell.text.split()).replace("|", "\\|"))
+            previous = cell._tc
+        rows.append(cells)
+    if not rows:
+        return ""
+    width = max(len(cells) for cells in rows)
+    lines = ["| " + " | ".join(cells + [""] * (width - len(cells))) + " |" for cells in rows]
+    lines.insert(1, "| " + " | ".join(["---"] * width) + " |")
+    return "\n".join(lines)
+
+
+def _clean_title(title: str | None) -> str | None:
+    title = " ".join((title or "").split())
+    return title or None

@@ -1,0 +1,499 @@
+"""PolicyIndex: incremental indexing and hybrid (dense + BM25) search over one Qdrant collection.
+
+Incremental means: each point carries its document's content hash, the chunking settings, the
+chunk count and the root it was indexed from, so one scroll of those payload fields tells which
+documents are unchanged (nothing to chunk or embed), changed (replaced in place, surplus chunks
+deleted), new, or gone. "Gone" is scoped to the roots of the current run: ``index a/`` and then
+``index b/`` keeps a's documents. A document id already owned by another root that still exists
+is reported as a failure rather than silently moved.
+
+Search fuses the dense and sparse rankings with Qdrant's RRF. RRF scores are rank-only, so the
+relevance floor looks at the raw signals instead: the best dense cosine and the best BM25 score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from tqdm import tqdm
+
+from retrieval.backends import (
+    Hit,
+    IndexBackend,
+    IndexMeta,
+    IndexMismatchError,
+    IndexMissingError,
+    IndexPoint,
+    StoredDoc,
+    open_backend,
+    point_id,
+)
+from retrieval.config import RetrievalConfig
+from retrieval.embedding import SPARSE_MODEL, Embedder
+from retrieval.types import Chunk, Document, LoadFailure, LoadReport, Passage, SearchFilter
+
+Chunker = Callable[..., list[Chunk]]
+Mode = Literal["hybrid", "dense", "sparse"]
+PROGRESS_DELAY_S = 1.0  # the bar appears only on runs long enough to need one
+FLOOR_DEPTH = 5  # dense hits the floor looks at, whatever k the caller asked for
+CORPUS_SIZE_TTL_S = 60.0
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """One hybrid search before the relevance floor: the three rankings and what the floor reads."""
+
+    fused: list[Hit]
+    dense: list[Hit]
+    sparse: list[Hit]
+    query_terms: int  # distinct BM25 terms in the query (stopwords dropped)
+    corpus_size: int  # indexed chunks, which bounds any term's IDF
+
+    @property
+    def best_dense(self) -> float:
+        return self.dense[0].score if self.dense else 0.0
+
+    @property
+    def dense_margin(self) -> float:
+        """How far the best passage stands above the next few: a specific answer stands out."""
+        rest = [hit.score for hit in self.dense[1:FLOOR_DEPTH]]
+        return self.best_dense - sum(rest) / len(rest) if rest else 0.0
+
+    @property
+    def term_strength(self) -> float:
+        """Best BM25 score over the most a passage could score if every query term were unique to it.
+
+        Near 1 when rare query terms (a policy number, an error code) all occur in one passage.
+        """
+        if not self.sparse or not self.query_terms or self.corpus_size < 2:
+            return 0.0
+        rarest_idf = math.log(1 + (self.corpus_size - 0.5) / 1.5)  # Qdrant's IDF of a term in one point
+        return self.sparse[0].score / (self.query_terms * rarest_idf)
+
+
+@dataclass(frozen=True)
+class RelevanceFloor:
+    """Below both thresholds a search returns nothing, so the agent can say the policy is silent.
+
+    RRF scores are rank-only, so the floor reads raw signals: the dense cosine of the best passage
+    plus its margin over the next few, and the BM25 term strength (which rescues exact identifiers
+    the dense model misses). Tuned on the labelled questions with benchmarks/retrieval.py.
+    """
+
+    min_dense: float = 0.45
+    min_terms: float = 0.75
+
+    def admits(self, retrieval: Retrieval) -> bool:
+        dense = retrieval.best_dense + retrieval.dense_margin
+        return dense >= self.min_dense or retrieval.term_strength >= self.min_terms
+
+
+@dataclass
+class IndexReport:
+    """What one index run did, by document id; failures and duplicates by file."""
+
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    duplicates: list[tuple[Path, str]] = field(default_factory=list)
+    failures: list[LoadFailure] = field(default_factory=list)
+    notes: list[tuple[Path, str]] = field(default_factory=list)
+    chunks_embedded: int = 0
+    embed_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def documents(self) -> int:
+        return len(self.added) + len(self.replaced) + len(self.unchanged)
+
+    def merge(self, other: IndexReport) -> None:
+        for name in ("added", "replaced", "removed", "unchanged", "duplicates", "failures", "notes"):
+            getattr(self, name).extend(getattr(other, name))
+        self.chunks_embedded += other.chunks_embedded
+        self.embed_seconds += other.embed_seconds
+
+
+@dataclass(frozen=True)
+class RootLoad:
+    """The documents loaded from one path given to `policypal index`, which scopes removals."""
+
+    root: str
+    report: LoadReport
+    protected: frozenset[str] = frozenset()  # ids of files that failed to load: not "gone"
+
+
+@dataclass
+class _Pending:
+    """A document to chunk and embed in this run."""
+
+    doc: Document
+    replacing: bool
+    chunks: list[Chunk] = field(default_factory=list)
+
+
+def load_roots(paths: Sequence[Path]) -> list[RootLoad]:
+    """Load each path separately, so every document knows the root that scopes its removal."""
+    from retrieval.loaders import load_documents
+
+    loads = []
+    for path in paths:
+        if not path.exists():
+            missing = LoadReport(failures=[LoadFailure(path, "no such file or directory")])
+            loads.append(RootLoad(_root_key(path), missing))
+            continue
+        report = load_documents([path])
+        loads.append(RootLoad(_root_key(path), report, _failed_ids(path, report.failures)))
+    return loads
+
+
+def _root_key(path: Path) -> str:
+    return str(path.resolve())
+
+
+def _failed_ids(root: Path, failures: Sequence[LoadFailure]) -> frozenset[str]:
+    """Doc ids (paths relative to the root) of files that failed: their old chunks stay indexed."""
+    if not root.is_dir():
+        return frozenset()
+    ids = set()
+    for failure in failures:
+        try:
+            ids.add(failure.path.resolve().relative_to(root.resolve()).as_posix())
+        except ValueError:
+            continue
+    return frozenset(ids)
+
+
+def default_chunker() -> Chunker:
+    from retrieval.chunking import chunk_document
+
+    return chunk_document
+
+
+class PolicyIndex:
+    """The policy index: open once, index incrementally, search from any thread or the event loop."""
+
+    def __init__(
+        self,
+        backend: IndexBackend,
+        embedder: Embedder,
+        cfg: RetrievalConfig,
+        *,
+        floor: RelevanceFloor | None = None,
+        chunker: Chunker | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.floor = floor or RelevanceFloor()
+        self.embedder = embedder
+        self._backend = backend
+        self._chunker = chunker
+        self._lock = threading.Lock()  # neither engine promises thread safety: one call at a time
+        self._size_cache: tuple[float, int] | None = None
+
+    @classmethod
+    def open(
+        cls,
+        cfg: RetrievalConfig,
+        *,
+        create: bool = False,
+        embedder: Embedder | None = None,
+        backend: IndexBackend | None = None,
+        floor: RelevanceFloor | None = None,
+    ) -> PolicyIndex:
+        """Open the configured index; create=True makes it if missing (indexing), else it must exist."""
+        embedder = embedder or Embedder.from_config(cfg)
+        backend = backend or open_backend(cfg, create=create)
+        try:
+            _check_meta(backend, _expected_meta(embedder), create=create)
+        except BaseException:
+            backend.close()
+            raise
+        return cls(backend, embedder, cfg, floor=floor)
+
+    def __enter__(self) -> PolicyIndex:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush and release the index (and, for the embedded index, its process lock)."""
+        with self._lock:
+            self._backend.close()
+
+    @property
+    def location(self) -> str:
+        return self._backend.location
+
+    def count(self) -> int:
+        """Number of indexed chunks."""
+        with self._lock:
+            return self._backend.count()
+
+    # -- indexing -------------------------------------------------------------------------------
+
+    def index_paths(self, paths: Sequence[Path], *, progress: bool = False) -> IndexReport:
+        """Load and index files and directories (each path is a root that scopes removals)."""
+        return self.index_loads(load_roots(paths), progress=progress)
+
+    def index_loads(self, loads: Sequence[RootLoad], *, progress: bool = False) -> IndexReport:
+        """Index what load_roots returned; one scroll of stored hashes serves every root."""
+        started = time.perf_counter()
+        stored = self._stored_docs()
+        report = IndexReport()
+        for load in loads:
+            report.failures.extend(load.report.failures)
+            report.duplicates.extend(load.report.duplicates)
+            report.notes.extend(load.report.notes)
+            root_report = self.index_documents(
+                load.report.documents, root=load.root, protected=load.protected, progress=progress, stored=stored
+            )
+            report.merge(root_report)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def index_documents(
+        self,
+        documents: Sequence[Document],
+        *,
+        root: str,
+        protected: frozenset[str] = frozenset(),
+        progress: bool = False,
+        stored: dict[str, StoredDoc] | None = None,
+    ) -> IndexReport:
+        """Bring the index in line with these documents from one root: add, replace, remove, skip."""
+        started = time.perf_counter()
+        stored = self._stored_docs() if stored is None else stored
+        report = IndexReport()
+        pending = self._plan(documents, root, stored, report)
+        self._write(pending, root, report, progress)
+        for item in pending:
+            stored[item.doc.doc_id] = StoredDoc(root, item.doc.content_hash, self._chunking, len(item.chunks),
+                                                len(item.chunks))
+        self._remove_missing(root, {d.doc_id for d in documents} | protected, stored, report)
+        self._size_cache = None
+        report.seconds = time.perf_counter() - started
+        return report
+
+    @property
+    def _chunking(self) -> str:
+        """The chunking settings, stored per point: changing them re-chunks every document."""
+        return f"{self.cfg.chunk_max_tokens}/{self.cfg.chunk_overlap_tokens}"
+
+    @property
+    def _max_tokens(self) -> int:
+        return min(self.cfg.chunk_max_tokens, self.embedder.max_input_tokens)
+
+    def _stored_docs(self) -> dict[str, StoredDoc]:
+        with self._lock:
+            return self._backend.stored_docs()
+
+    def _plan(
+        self, documents: Sequence[Document], root: str, stored: dict[str, StoredDoc], report: IndexReport
+    ) -> list[_Pending]:
+        pending = []
+        for doc in documents:
+            old = stored.get(doc.doc_id)
+            if old is not None and old.root != root and Path(old.root).exists():
+                report.failures.append(LoadFailure(Path(doc.source), _conflict(doc.doc_id, old.root)))
+            elif old is not None and self._is_current(old, doc, root):
+                report.unchanged.append(doc.doc_id)
+            else:
+                pending.append(_Pending(doc, replacing=old is not None))
+        return pending
+
+    def _is_current(self, old: StoredDoc, doc: Document, root: str) -> bool:
+        """Stored from this root, same content, same chunking, and no chunk missing."""
+        same = old.root == root and old.content_hash == doc.content_hash and old.chunking == self._chunking
+        return same and old.complete
+
+    def _write(self, pending: list[_Pending], root: str, report: IndexReport, progress: bool) -> None:
+        if not pending:
+            return
+        self._chunk(pending, report)
+        points = [(item, chunk) for item in pending for chunk in item.chunks]
+        # Similar lengths per batch: less padding, so faster embedding and a smaller ONNX peak.
+        points.sort(key=lambda pair: len(pair[1].text))
+        with tqdm(total=len(points), desc="embedding", unit="chunk", file=sys.stderr,
+                  disable=not progress, delay=PROGRESS_DELAY_S) as bar:
+            for batch in _batches(points, self.embedder.batch_size):
+                self._embed_and_upsert(batch, root, report)
+                bar.update(len(batch))
+        with self._lock:
+            for item in pending:
+                if item.replacing:
+                    self._backend.delete_chunks(item.doc.doc_id, from_position=len(item.chunks))
+        for item in pending:
+            (report.replaced if item.replacing else report.added).append(item.doc.doc_id)
+
+    def _chunk(self, pending: list[_Pending], report: IndexReport) -> None:
+        chunker = self._chunker or default_chunker()
+        for item in list(pending):
+            item.chunks = chunker(
+                item.doc,
+                max_tokens=self._max_tokens,
+                overlap_tokens=self.cfg.chunk_overlap_tokens,
+                count_tokens=self.embedder.count_tokens,
+            )
+            if not item.chunks:
+                report.failures.append(LoadFailure(Path(item.doc.source), "no text to index"))
+                pending.remove(item)
+
+    def _embed_and_upsert(self, batch: Sequence[tuple[_Pending, Chunk]], root: str, report: IndexReport) -> None:
+        started = time.perf_counter()
+        vectors = self.embedder.embed_documents([chunk.text for _item, chunk in batch])
+        report.embed_seconds += time.perf_counter() - started
+        report.chunks_embedded += len(batch)
+        points = [
+            IndexPoint(point_id(item.doc.doc_id, chunk.position), vec, self._payload(item, chunk, root))
+            for (item, chunk), vec in zip(batch, vectors, strict=True)
+        ]
+        with self._lock:
+            self._backend.upsert(points)
+
+    def _payload(self, item: _Pending, chunk: Chunk, root: str) -> dict[str, Any]:
+        doc = item.doc
+        return {
+            "doc_id": doc.doc_id,
+            "title": doc.title,
+            "heading": chunk.heading,
+            "heading_path": list(chunk.heading_path),
+            "source": doc.source,
+            "text": chunk.text,
+            "position": chunk.position,
+            "chunk_count": len(item.chunks),
+            "content_hash": doc.content_hash,
+            "chunking": self._chunking,
+            "section": doc.section,
+            "audience": list(doc.audience),
+            "root": root,
+        }
+
+    def _remove_missing(
+        self, root: str, present: set[str] | frozenset[str], stored: dict[str, StoredDoc], report: IndexReport
+    ) -> None:
+        gone = sorted(doc_id for doc_id, old in stored.items() if old.root == root and doc_id not in present)
+        with self._lock:
+            for doc_id in gone:
+                self._backend.delete_chunks(doc_id)
+        for doc_id in gone:
+            del stored[doc_id]
+        report.removed.extend(gone)
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def search(self, query: str, k: int | None = None, filter: SearchFilter | None = None) -> list[Passage]:
+        """Top passages for a question, or [] when nothing clears the relevance floor."""
+        if not query.strip():
+            return []
+        retrieval = self.retrieve(query, k=k or self.cfg.top_k, filter=filter)
+        if not self.floor.admits(retrieval):
+            return []
+        return [self._passage(hit.score, hit.payload) for hit in retrieval.fused]
+
+    async def asearch(
+        self, query: str, k: int | None = None, filter: SearchFilter | None = None
+    ) -> list[Passage]:
+        """search() in a worker thread, so embedding and the engine never block the event loop."""
+        return await asyncio.to_thread(self.search, query, k, filter)
+
+    def retrieve(self, query: str, *, k: int, filter: SearchFilter | None = None) -> Retrieval:
+        """The hybrid rankings and floor signals, before the floor (search() applies it)."""
+        vectors = self.embedder.embed_query(query)
+        depth = max(k, FLOOR_DEPTH)
+        with self._lock:
+            result = self._backend.hybrid_query(
+                vectors, limit=depth, prefetch_limit=max(4 * k, 20), search_filter=filter
+            )
+        return Retrieval(
+            fused=result.fused[:k],
+            dense=result.dense,
+            sparse=result.sparse,
+            query_terms=len(vectors.sparse_indices),
+            corpus_size=self._corpus_size(),
+        )
+
+    def _corpus_size(self) -> int:
+        """Chunk count for the floor's IDF bound, refreshed now and then (another process may index)."""
+        now = time.monotonic()
+        if self._size_cache is None or now - self._size_cache[0] > CORPUS_SIZE_TTL_S:
+            with self._lock:
+                self._size_cache = (now, self._backend.count())
+        return self._size_cache[1]
+
+    def _passage(self, score: float, payload: dict[str, Any]) -> Passage:
+        return Passage(
+            score=score,
+            doc_id=str(payload.get("doc_id", "")),
+            title=str(payload.get("title", "")),
+            heading=str(payload.get("heading", "")),
+            source=str(payload.get("source", "")),
+            text=snippet(_body(payload), self.cfg.snippet_chars),
+            section=payload.get("section"),
+        )
+
+
+def _body(payload: dict[str, Any]) -> str:
+    """Chunk text without its leading heading-path line (the passage carries the heading itself)."""
+    text = str(payload.get("text", ""))
+    head, _blank, body = text.partition("\n\n")
+    path = [str(part) for part in payload.get("heading_path") or []]
+    is_heading = bool(path) and (head == " > ".join(path) or path[-1].startswith(head))
+    return body.strip() if body and is_heading else text.strip()
+
+
+def snippet(text: str, limit: int) -> str:
+    """Text cut to at most limit characters, at a word boundary where one is near."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), max(1, size)):
+        yield items[start : start + size]
+
+
+def _conflict(doc_id: str, other_root: str) -> str:
+    return (
+        f"document id {doc_id!r} is already indexed from {other_root}; give one of the two files "
+        "a front matter `id`, or index them from one root"
+    )
+
+
+def _expected_meta(embedder: Embedder) -> IndexMeta:
+    return IndexMeta(model=embedder.model_name, dimension=embedder.dimension, sparse_model=SPARSE_MODEL)
+
+
+def _check_meta(backend: IndexBackend, expected: IndexMeta, *, create: bool) -> None:
+    meta = backend.read_meta()
+    if meta is None:
+        if not create:
+            raise IndexMissingError(f"No policy index at {backend.location} yet: run `policypal index PATH...`.")
+        backend.create(expected)
+        return
+    same_model = meta.model.lower() == expected.model.lower() and meta.dimension == expected.dimension
+    if not same_model or meta.sparse_model != expected.sparse_model:
+        raise IndexMismatchError(
+            f"The index at {backend.location} was built with the embedding model {meta.model} "
+            f"({meta.dimension} dimensions), but POLICYPAL_EMBEDDING_MODEL selects {expected.model} "
+            f"({expected.dimension} dimensions). Re-index: delete {backend.location} (or use another "
+            "POLICYPAL_COLLECTION) and run `policypal index PATH...`, or set the model back."
+        )

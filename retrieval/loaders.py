@@ -1,0 +1,253 @@
+"""Load policy files into Documents whose bodies are normalised Markdown.
+
+One bad file never stops a load: it becomes a LoadFailure with a reason and the rest carry on.
+A file whose body repeats an earlier one is skipped and listed in ``LoadReport.duplicates``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from retrieval.extractors import Extracted, ExtractError, docx_to_markdown, pdf_to_markdown
+from retrieval.html_text import convert_embedded_html, html_to_markdown
+from retrieval.markdown_norm import normalise_markdown
+from retrieval.templating import strip_templates
+from retrieval.types import Document, LoadFailure, LoadReport
+
+MAX_FILE_BYTES = 50 * 1024 * 1024
+_FORMATS = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
+}
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
+_H1 = re.compile(r"^# (.+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path  # as the caller named it, joined with the relative path for directory walks
+    doc_id: str  # the default id: relative to the directory given, or the bare file name
+
+
+@dataclass(frozen=True)
+class _Meta:
+    title: str | None = None
+    url: str | None = None
+    section: str | None = None
+    audience: tuple[str, ...] = ()
+    doc_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    text: str  # normalised Markdown
+    meta: _Meta
+    title_hint: str | None = None  # a format's own title (<title>, PDF/DOCX metadata)
+    note: str | None = None
+
+
+def load_documents(paths: Sequence[Path]) -> LoadReport:
+    """Load files and directories (recursively, sorted, hidden entries skipped) into one report."""
+    report = LoadReport()
+    bodies: dict[str, str] = {}  # body key -> doc_id of the first document with that body
+    owners: dict[str, Path] = {}  # doc_id -> path that holds it
+    for given in paths:
+        for candidate in _candidates(Path(given), report):
+            _load_one(candidate, report, bodies, owners)
+    return report
+
+
+def _candidates(given: Path, report: LoadReport) -> Iterator[_Candidate]:
+    if given.is_dir():
+        yield from _walk(given)
+    elif not given.exists():
+        report.failures.append(LoadFailure(given, "no such file or directory"))
+    elif not given.is_file():
+        report.failures.append(LoadFailure(given, "not a regular file"))
+    elif given.suffix.lower() not in _FORMATS:
+        supported = " ".join(sorted(_FORMATS))
+        report.failures.append(LoadFailure(given, f"unsupported file type {given.suffix!r} ({supported})"))
+    else:
+        yield _Candidate(given, given.name)
+
+
+def _walk(root: Path) -> Iterator[_Candidate]:
+    """Supported files under ``root`` in sorted relative-path order; other files are not policies."""
+    found: list[str] = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = [name for name in subdirs if not name.startswith(".")]
+        base = Path(directory).relative_to(root)
+        found += [(base / name).as_posix() for name in files if _wanted(name)]
+    for relative in sorted(found):
+        yield _Candidate(root / relative, relative)
+
+
+def _wanted(name: str) -> bool:
+    return not name.startswith(".") and Path(name).suffix.lower() in _FORMATS
+
+
+def _load_one(candidate: _Candidate, report: LoadReport, bodies: dict[str, str], owners: dict[str, Path]) -> None:
+    try:
+        parsed = _parse(candidate.path)
+        document = _document(candidate, parsed)
+    except ExtractError as exc:
+        report.failures.append(LoadFailure(candidate.path, str(exc)))
+        return
+    key = _body_key(document.text)
+    if key in bodies:
+        report.duplicates.append((candidate.path, bodies[key]))
+        return
+    if document.doc_id in owners:
+        owner = owners[document.doc_id]
+        reason = f"document id {document.doc_id!r} is already used by {owner}; set `id` in its front matter"
+        report.failures.append(LoadFailure(candidate.path, reason))
+        return
+    bodies[key], owners[document.doc_id] = document.doc_id, candidate.path
+    report.documents.append(document)
+    if parsed.note:
+        report.notes.append((candidate.path, parsed.note))
+
+
+def _parse(path: Path) -> _Parsed:
+    data = _read(path)
+    kind = _FORMATS[path.suffix.lower()]
+    if kind in ("pdf", "docx"):
+        extracted = pdf_to_markdown(data) if kind == "pdf" else docx_to_markdown(data)
+        return _from_extracted(extracted)
+    text, note = _decode(data)
+    if kind == "html":
+        markdown, title = html_to_markdown(text)
+        return _Parsed(normalise_markdown(markdown), _Meta(), title, note)
+    meta, body = _front_matter(text)
+    if kind == "markdown":
+        body = convert_embedded_html(strip_templates(body))
+    return _Parsed(normalise_markdown(body), meta, None, note)
+
+
+def _from_extracted(extracted: Extracted) -> _Parsed:
+    return _Parsed(normalise_markdown(extracted.markdown), _Meta(), extracted.title)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ExtractError(f"file too large ({size // 2**20} MB; the limit is {MAX_FILE_BYTES // 2**20} MB)")
+        return path.read_bytes()
+    except OSError as exc:
+        raise ExtractError(f"cannot read file: {exc.strerror or exc}") from exc
+
+
+def _decode(data: bytes) -> tuple[str, str | None]:
+    """UTF-8 (a BOM is fine); else UTF-16 with a BOM; else Windows-1252, with a note saying so."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16"), "decoded as UTF-16"
+    if b"\x00" in data:
+        raise ExtractError("binary content in a text file")
+    try:
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError:
+        pass
+    try:
+        return data.decode("cp1252"), "not valid UTF-8; decoded as Windows-1252"
+    except UnicodeDecodeError as exc:
+        raise ExtractError(f"undecodable text: neither UTF-8 nor Windows-1252 (byte {exc.start})") from exc
+
+
+def _front_matter(text: str) -> tuple[_Meta, str]:
+    """Split YAML front matter from the body; a broken block is the file's failure, not the run's."""
+    if not re.match(r"---[ \t]*\n", text):
+        return _Meta(), text
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        raise ExtractError("front matter opened with --- is never closed")
+    try:
+        data = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        raise ExtractError(f"malformed front matter: {' '.join(str(exc).split())}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ExtractError("malformed front matter: expected key: value pairs")
+    return _meta(data), text[match.end() :]
+
+
+def _meta(data: dict[object, object]) -> _Meta:
+    return _Meta(
+        title=_text_field(data, "title"),
+        url=_text_field(data, "url"),
+        section=_text_field(data, "section"),
+        audience=_audience(data.get("audience")),
+        doc_id=_text_field(data, "id"),
+    )
+
+
+def _text_field(data: dict[object, object], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float | dt.date):
+        raise ExtractError(f"front matter `{key}` must be text, not {type(value).__name__}")
+    return str(value).strip() or None
+
+
+def _audience(value: object) -> tuple[str, ...]:
+    """A list or a comma-separated string of group names."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str | int) for item in value):
+        raise ExtractError("front matter `audience` must be a list or a comma-separated string")
+    return tuple(dict.fromkeys(str(item).strip() for item in value if str(item).strip()))
+
+
+def _document(candidate: _Candidate, parsed: _Parsed) -> Document:
+    _require_body(parsed.text)
+    meta = parsed.meta
+    title = meta.title or _first_h1(parsed.text) or parsed.title_hint or _pretty_stem(candidate.path)
+    source = meta.url or str(candidate.path)
+    fields = [parsed.text, title, source, meta.section, list(meta.audience)]
+    digest = hashlib.sha256(json.dumps(fields, ensure_ascii=False).encode()).hexdigest()
+    return Document(meta.doc_id or candidate.doc_id, title, source, parsed.text, digest, meta.section, meta.audience)
+
+
+def _require_body(text: str) -> None:
+    if not text.strip():
+        raise ExtractError("no text after conversion (empty file, or a scanned PDF without a text layer)")
+    if all(line.startswith("#") or not line.strip() for line in text.splitlines()):
+        raise ExtractError("only headings, no body text")
+
+
+def _first_h1(text: str) -> str | None:
+    match = _H1.search(text)
+    return match.group(1).strip() if match else None
+
+
+def _pretty_stem(path: Path) -> str:
+    """``remote-work_policy.md`` -> "Remote work policy"; an index page takes its folder's name."""
+    stem = path.stem
+    if stem.lower() in ("index", "readme") and path.parent.name:
+        stem = path.parent.name
+    words = re.sub(r"[-_]+", " ", stem).strip()
+    return words[:1].upper() + words[1:] if words else path.name
+
+
+def _body_key(text: str) -> str:
+    """Duplicate key: the body without its title line, whitespace and case folded."""
+    body = re.sub(r"\A# .*\n*", "", text)
+    return hashlib.sha256(" ".join(body.split()).casefold().encode()).hexdigest()

@@ -1,0 +1,61 @@
+"""Building a real service against the fake OpenAI server, for the loop and pending-flow tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from bot.config import Settings
+from bot.service import PolicyPal, Reply
+from bot.types import Inbound, UserRef
+from bot.wiring import open_service
+from tests.fakes.openai_server import FakeOpenAI, RecordedRequest
+
+ALICE = UserRef("U_ALICE", "Alice", "alice@example.com", groups=("all",))
+BOB = UserRef("U_BOB", "Bob", groups=("all",))
+_events = itertools.count()
+
+
+def settings_for(tmp_path: Path, fake: FakeOpenAI, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": tmp_path,
+        "openai_api_key": "sk-test-abcdef123456",
+        "openai_base_url": fake.base_url,
+        "model": "gpt-4o-mini",
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@asynccontextmanager
+async def service(tmp_path: Path, fake: FakeOpenAI, searcher: Any, **overrides: Any):
+    svc = await open_service(settings_for(tmp_path, fake, **overrides), searcher=searcher)
+    try:
+        yield svc
+    finally:
+        await svc.close()
+
+
+async def ask(svc: PolicyPal, text: str, user: UserRef = ALICE, thread: str = "t1") -> Reply:
+    inbound = Inbound("console", "terminal", thread, user, text, event_id=f"ev{next(_events)}")
+    reply = await svc.handle_message(inbound)
+    assert reply is not None
+    return reply
+
+
+def tool_results(request: RecordedRequest) -> dict[str, Any]:
+    """The tool messages of a request, by call id, decoded."""
+    return {m["tool_call_id"]: json.loads(m["content"]) for m in request.messages if m["role"] == "tool"}
+
+
+def last_tool_results(request: RecordedRequest) -> list[Any]:
+    """Tool results after the last assistant message, in order."""
+    tail: list[Any] = []
+    for message in reversed(request.messages):
+        if message["role"] != "tool":
+            break
+        tail.insert(0, json.loads(message["content"]))
+    return tail

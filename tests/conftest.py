@@ -1,0 +1,47 @@
+"""Fixtures shared by every test package: a clean environment, the fake OpenAI server, the sample index."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from retrieval.config import RetrievalConfig
+from retrieval.embedding import Embedder
+from retrieval.index import PolicyIndex
+from tests.fakes.openai_server import FakeOpenAI, fake_openai_server
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_POLICIES = REPO / "examples" / "policies"
+PLATFORM_VARS = ("OPENAI_", "SLACK_", "MICROSOFTAPP", "POLICYPAL_")
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's shell or .env must never change a result; models never come from a hub."""
+    for name in list(os.environ):
+        if name.upper().startswith(PLATFORM_VARS):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest_asyncio.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    async for fake in fake_openai_server():
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyIndex]:
+    """The sample policies indexed once per session with the bundled model (embedded engine)."""
+    root = tmp_path_factory.mktemp("sample-index")
+    cfg = RetrievalConfig(qdrant_path=root / "qdrant", model_cache_dir=root / "models")
+    embedder = Embedder(cfg.embedding_model, cfg.model_cache_dir, batch_size=16).load()
+    index = PolicyIndex.open(cfg, create=True, embedder=embedder)
+    report = index.index_paths([SAMPLE_POLICIES])
+    assert report.ok and index.count() > 0, report
+    yield index
+    index.close()

@@ -1,0 +1,171 @@
+"""Retrieval fixtures: one embedding model per session, small corpora, both index backends.
+
+Loading the model costs about a second and embedding is the slow part of indexing, so every test
+shares one loaded Embedder and indexes only a handful of short documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from retrieval.backends import IndexBackend
+from retrieval.config import RetrievalConfig
+from retrieval.embedding import Embedder
+from retrieval.index import PolicyIndex
+from retrieval.types import Document
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_POLICIES = REPO / "examples" / "policies"
+
+OpenIndex = Callable[..., PolicyIndex]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No developer setting (env or a .env in the working directory) may change a result."""
+    for name in list(os.environ):
+        if name.upper().startswith("POLICYPAL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    """The bundled model, loaded once for the whole session."""
+    cache = tmp_path_factory.mktemp("models")
+    return Embedder(RetrievalConfig().embedding_model, cache, batch_size=16).load()
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> RetrievalConfig:
+    return RetrievalConfig(qdrant_path=tmp_path / "qdrant", model_cache_dir=tmp_path / "models")
+
+
+@pytest.fixture(params=["edge", "qdrant-client"])
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """Every backend-facing test runs on the embedded engine and on qdrant-client (local mode)."""
+    return str(request.param)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # qdrant-client's local mode warns that payload indexes are a server feature; expected here.
+    config.addinivalue_line("filterwarnings", "ignore:Payload indexes have no effect:UserWarning")
+
+
+class KeepOpen:
+    """An in-memory qdrant-client backend that survives PolicyIndex.close(), as a server would."""
+
+    def __init__(self, backend: IndexBackend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._backend, name)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def open_index(cfg: RetrievalConfig, embedder: Embedder, backend_kind: str) -> Iterator[OpenIndex]:
+    """Open (creating) a PolicyIndex on the chosen backend, as often as a test likes; all closed at teardown."""
+    from qdrant_client import QdrantClient
+
+    from retrieval.backend_qdrant import QdrantBackend
+
+    opened: list[PolicyIndex] = []
+    server = QdrantBackend(QdrantClient(location=":memory:"), cfg.collection, location=":memory:")
+
+    def _open(**overrides: object) -> PolicyIndex:
+        for index in opened:
+            index.close()  # one process holds the embedded index at a time
+        index = PolicyIndex.open(
+            replace(cfg, **overrides),  # type: ignore[arg-type]
+            create=True,
+            embedder=embedder,
+            backend=KeepOpen(server) if backend_kind == "qdrant-client" else None,  # type: ignore[arg-type]
+        )
+        opened.append(index)
+        return index
+
+    yield _open
+    for index in opened:
+        index.close()
+    server.close()
+
+
+def make_doc(
+    doc_id: str,
+    text: str,
+    *,
+    title: str | None = None,
+    section: str | None = None,
+    audience: tuple[str, ...] = (),
+) -> Document:
+    """A Document as the loader would produce it (hash over text and metadata)."""
+    title = title or doc_id.removesuffix(".md").replace("-", " ").title()
+    digest = hashlib.sha256(f"{title}\0{section}\0{audience}\0{text}".encode()).hexdigest()
+    return Document(doc_id, title, f"/policies/{doc_id}", text, digest, section=section, audience=audience)
+
+
+VPN_DOC = """# VPN access
+
+## Connecting
+
+Use the GlobalProtect client to connect to the company VPN from outside the office.
+Sign in with your company account and approve the MFA prompt on your phone.
+
+## Troubleshooting
+
+Error KX-7731 means your device certificate has expired. Reinstall the certificate from the
+self-service portal, then restart GlobalProtect. If the error persists, open an IT ticket.
+"""
+
+LEAVE_DOC = """# Annual leave
+
+## Allowance
+
+Full-time employees get 25 days of paid annual leave per calendar year, plus public holidays.
+Part-time employees get a pro-rata allowance.
+
+## Carry-over
+
+You may carry over up to 5 unused days into the next year; they expire on 31 March.
+"""
+
+TRAVEL_DOC = """# Business travel
+
+## Flights
+
+Book all flights through the travel portal. Economy class is the standard for flights under six
+hours; premium economy is allowed for longer flights. Business class needs CFO approval.
+
+## Hotels
+
+Hotel stays are reimbursed up to the city rate listed in the travel portal.
+"""
+
+SALARY_DOC = """# Salary bands
+
+## Engineering bands
+
+Salary bands for engineering levels E1 to E6 are reviewed every April by the People team.
+Managers see the bands for their reports in the compensation tool.
+"""
+
+
+@pytest.fixture
+def corpus() -> list[Document]:
+    """Four short policies with sections and audiences: enough to exercise ranking and filters."""
+    return [
+        make_doc("vpn.md", VPN_DOC, section="IT"),
+        make_doc("leave.md", LEAVE_DOC, section="People", audience=("all",)),
+        make_doc("travel.md", TRAVEL_DOC, section="Finance"),
+        make_doc("salary-bands.md", SALARY_DOC, section="People", audience=("managers", "hr")),
+    ]

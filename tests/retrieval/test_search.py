@@ -1,0 +1,136 @@
+"""Hybrid search: exact terms, filters, the relevance floor, bounded snippets, and use off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from retrieval.backends import HybridResult
+from retrieval.index import PolicyIndex, RelevanceFloor
+from retrieval.types import Document, SearchFilter
+
+from .conftest import OpenIndex, make_doc
+
+# Many passages about errors and certificates, one of which names the code: BM25 must find it.
+DISTRACTORS = [
+    make_doc(
+        f"it-{n}.md",
+        f"# IT note {n}\n\n## Certificates\n\nCertificate errors on the {system} usually mean the device "
+        "certificate expired. Reinstall it from the self-service portal and restart the client.",
+    )
+    for n, system in enumerate(["VPN", "wifi", "mail client", "printer", "build server", "wiki"])
+]
+
+
+@pytest.fixture
+def index(open_index: OpenIndex, corpus: list[Document]) -> PolicyIndex:
+    index = open_index()
+    index.index_documents([*corpus, *DISTRACTORS], root="/policies")
+    return index
+
+
+def _doc_ids(passages: list) -> list[str]:  # type: ignore[type-arg]
+    return [p.doc_id for p in passages]
+
+
+def test_an_exact_error_code_is_found_first(index: PolicyIndex) -> None:
+    result = index.retrieve("KX-7731", k=5)
+
+    assert result.sparse[0].payload["doc_id"] == "vpn.md"
+    assert _doc_ids(index.search("KX-7731"))[0] == "vpn.md"
+
+
+def test_paraphrased_questions_find_the_right_policy(index: PolicyIndex) -> None:
+    assert _doc_ids(index.search("how many vacation days do I get per year?"))[0] == "leave.md"
+    assert _doc_ids(index.search("can I fly business class to a conference?"))[0] == "travel.md"
+
+
+def test_a_question_the_policies_do_not_cover_returns_nothing(index: PolicyIndex) -> None:
+    assert index.search("what is the lasagna recipe in the cafeteria?") == []
+    assert index.search("   ") == []
+
+
+def test_the_floor_uses_raw_dense_and_bm25_scores() -> None:
+    from retrieval.backends import Hit
+
+    floor = RelevanceFloor(min_dense=0.5, min_sparse=8.0)
+
+    def result(dense: float, sparse: float | None) -> HybridResult:
+        return HybridResult([], [Hit("a", dense, {})], [Hit("b", sparse, {})] if sparse is not None else [])
+
+    assert floor.admits(result(0.55, None))
+    assert floor.admits(result(0.2, 9.0))
+    assert not floor.admits(result(0.45, 3.0))
+    assert not floor.admits(HybridResult())
+
+
+@pytest.mark.parametrize(
+    ("groups", "visible"),
+    [
+        (None, True),  # no audience filtering (admin, CLI)
+        (("managers",), True),
+        (("engineering", "hr"), True),
+        (("engineering",), False),
+        ((), False),
+    ],
+)
+def test_audience_restricts_who_sees_a_document(index: PolicyIndex, groups: tuple[str, ...] | None,
+                                                visible: bool) -> None:
+    scope = SearchFilter(groups=groups)
+    passages = index.search("salary bands for engineering levels", k=10, filter=scope)
+
+    assert ("salary-bands.md" in _doc_ids(passages)) is visible
+    # untagged (vpn.md) and "all" (leave.md) documents stay visible to everyone
+    assert "vpn.md" in _doc_ids(index.search("KX-7731", filter=scope))
+    assert "leave.md" in _doc_ids(index.search("annual leave allowance", filter=scope))
+
+
+def test_section_filter_keeps_one_section(index: PolicyIndex) -> None:
+    passages = index.search("annual leave and salary bands", k=10, filter=SearchFilter(section="People"))
+
+    assert passages and {p.section for p in passages} == {"People"}
+
+
+def test_passages_carry_citation_fields_and_a_bounded_snippet(open_index: OpenIndex, corpus: list[Document]) -> None:
+    index = open_index(snippet_chars=80)
+    index.index_documents(corpus, root="/policies")
+
+    passage = index.search("KX-7731 certificate expired")[0]
+
+    assert passage.title == "Vpn" and passage.source == "/policies/vpn.md" and passage.section == "IT"
+    assert "Troubleshooting" in passage.heading
+    assert 0 < len(passage.text) <= 80 and passage.text.endswith("…")
+    assert not passage.text.startswith(passage.title)  # the heading line is not repeated in the text
+
+
+def test_k_limits_the_number_of_passages(index: PolicyIndex) -> None:
+    assert len(index.search("certificate expired reinstall", k=3)) == 3
+
+
+async def test_asearch_runs_off_the_event_loop(index: PolicyIndex) -> None:
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    original = index.retrieve
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    index.retrieve = spy  # type: ignore[method-assign]
+    results = await asyncio.gather(*(index.asearch("KX-7731", k=2) for _ in range(4)))
+
+    assert all(_doc_ids(r)[0] == "vpn.md" for r in results)
+    assert seen and loop_thread not in seen
+
+
+def test_concurrent_searches_from_threads_agree(index: PolicyIndex) -> None:
+    questions = ["KX-7731", "how many vacation days", "business class flights", "hotel rate"] * 4
+    expected = [_doc_ids(index.search(q)) for q in questions]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda q: _doc_ids(index.search(q)), questions))
+
+    assert got == expected
