@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from retrieval.backend_edge import EdgeBackend  # noqa: E402
-from retrieval.backends import IndexMeta, IndexPoint, SCROLL_PAGE  # noqa: E402
+from retrieval.backends import SCROLL_PAGE, IndexMeta, IndexPoint  # noqa: E402
 from retrieval.config import RetrievalConfig  # noqa: E402
 from retrieval.embedding import SPARSE_MODEL, Embedder, Vectors  # noqa: E402
 from retrieval.index import PolicyIndex, Retrieval  # noqa: E402

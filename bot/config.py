@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,7 @@ class Settings(BaseSettings):
     model: str = "gpt-4o-mini"
     model_prices: str | None = None  # JSON {"model": [usd_per_1M_input, usd_per_1M_output]}
     max_output_tokens: int = 800
+    max_tokens_param: Literal["auto", "max_completion_tokens", "max_tokens"] = "auto"
 
     # budgets (per run)
     max_steps: int = 6
@@ -36,7 +38,7 @@ class Settings(BaseSettings):
     deadline_s: float = 20.0
     max_cost_usd: float | None = 0.05
     max_searches: int = 3
-    tool_result_chars: int = 4_000
+    tool_result_chars: int = 6_000
     compact_at_tokens: int = 12_000
     pending_ttl_s: int = 24 * 3600
 

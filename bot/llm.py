@@ -114,8 +114,7 @@ def build_model(settings: Settings) -> ChatModel:
         api_key=settings.openai_api_key.get_secret_value(),
         base_url=settings.openai_base_url,
         model=settings.model,
-        # Not a Settings field yet; read defensively so this keeps working once it is added.
-        max_tokens_param=getattr(settings, "max_tokens_param", "auto"),
+        max_tokens_param=settings.max_tokens_param,
     )
 
 

@@ -66,6 +66,9 @@ _HYPOTHETICAL = re.compile(
     r"|someone|your|our|you)|polic(?:y|ies)|allowed|permitted|entitled|rules?)\b",
     re.I,
 )
+_ASKS_MEANING = re.compile(
+    r"^\s*(?:what|which|how)\b.*\b(?:mean|means|meaning|stand for|refer to|is|are)\b[^.!]*\?\s*$", re.I
+)
 _CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.I))
     for name, pattern in (
@@ -262,6 +265,8 @@ def is_problem_report(text: str) -> bool:
     text = text.replace("’", "'")
     if _TICKET_REQUEST.search(text):
         return True
+    if _ASKS_MEANING.search(text):  # "what does error NG-412 mean?" asks the policy, reports nothing
+        return False
     return bool(_PROBLEM.search(text)) and not _HYPOTHETICAL.search(text)
 
 

@@ -73,10 +73,10 @@ async def run_turn(
             turn.results[call.id] = _cap(outcome, limits.result_chars)
             trace.add(Step("tool", call.name, call_id=call.id, arguments=call.arguments, error=outcome))
     context = ToolContext(user=state.user, run_id=state.run_id, conversation_key=state.conversation_key)
-    runs = [_execute(r, context, state, trace, timeout_s) for r in ready]
+    runs = [_execute(r, context, state, trace, timeout_s, limits.result_chars) for r in ready]
     contents = [await runs[0]] if len(runs) == 1 else await asyncio.gather(*runs)
     for item, content in zip(ready, contents, strict=True):
-        turn.results[item.call.id] = _cap(content, limits.result_chars)
+        turn.results[item.call.id] = content
     return turn
 
 
@@ -108,13 +108,15 @@ def _admit(
     return _Ready(call, tool, arguments)
 
 
-async def _execute(ready: _Ready, context: ToolContext, state: RunState, trace: RunTrace, timeout_s: float) -> str:
+async def _execute(
+    ready: _Ready, context: ToolContext, state: RunState, trace: RunTrace, timeout_s: float, result_chars: int
+) -> str:
     watch = Stopwatch()
     step = trace.add(Step("tool", ready.tool.name, call_id=ready.call.id, arguments=ready.call.arguments))
     try:
         async with asyncio.timeout(timeout_s):
             result = await ready.tool.handler(ready.arguments, context)
-        content = json.dumps(result, ensure_ascii=False)
+        content = bounded_json(result, result_chars)
         _collect_sources(result, state)
     except TimeoutError:
         content = _error(f"{ready.tool.name} did not finish in time.")
@@ -151,7 +153,29 @@ def _error(message: str) -> str:
     return json.dumps({"error": message}, ensure_ascii=False)
 
 
+def bounded_json(result: dict[str, Any], limit: int) -> str:
+    """A tool result within ``limit`` characters that is still valid JSON, with a visible marker.
+
+    Every observation is re-sent on every later turn, so size is capped; whole trailing list items
+    (search passages) are dropped first so the model never reads half a passage.
+    """
+    content = json.dumps(result, ensure_ascii=False)
+    items = result.get("results")
+    if len(content) <= limit or not isinstance(items, list):
+        return _cap(content, limit)
+    kept = list(items)
+    while kept:
+        kept.pop()
+        dropped = len(items) - len(kept)
+        trimmed = {**result, "results": kept, "truncated": f"…[truncated: {dropped} more results not shown]"}
+        content = json.dumps(trimmed, ensure_ascii=False)
+        if len(content) <= limit:
+            return content
+    return _cap(content, limit)
+
+
 def _cap(content: str, limit: int) -> str:
     if len(content) <= limit:
         return content
-    return content[:limit] + f"\n…[truncated: {len(content) - limit} more characters]"
+    marker = f"…[truncated: {max(len(content) - limit, 0)} more characters]"
+    return json.dumps({"partial": content[: max(limit - len(marker) - 30, 0)], "truncated": marker})

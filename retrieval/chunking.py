@@ -52,7 +52,7 @@ def _sections(doc: Document) -> Iterator[tuple[tuple[str, ...], list[str]]]:
     """(heading path, body blocks) per heading; the path starts with the document title."""
     stack: list[tuple[int, str]] = []
     blocks: list[str] = []
-    for block in _blocks(doc.text):
+    for index, block in enumerate(_blocks(doc.text)):
         match = _HEADING.match(block)
         if match is None:
             blocks.append(block)
@@ -62,10 +62,15 @@ def _sections(doc: Document) -> Iterator[tuple[tuple[str, ...], list[str]]]:
         blocks = []
         level, text = len(match.group(1)), match.group(2).strip()
         stack = [(lvl, txt) for lvl, txt in stack if lvl < level]
-        if not (level == 1 and text.casefold() == doc.title.casefold()):
+        if not _is_title_heading(level, text, index, doc.title):
             stack.append((level, text))
     if blocks:
         yield _path(doc.title, stack), blocks
+
+
+def _is_title_heading(level: int, text: str, index: int, title: str) -> bool:
+    """The H1 a document opens with, or one that repeats its title: the path's root already says it."""
+    return level == 1 and (index == 0 or text.casefold() == title.casefold())
 
 
 def _path(title: str, stack: list[tuple[int, str]]) -> tuple[str, ...]:
@@ -148,10 +153,10 @@ class _Packer:
 
     def _units(self, block: str, group: int) -> list[_Unit]:
         lines = block.split("\n")
-        if lines[0].startswith("|") and len(lines) > 2:
-            header = "\n".join(lines[:2])
+        header = "\n".join(lines[:2])
+        if lines[0].startswith("|") and len(lines) > 2 and self.count(header) <= self.budget // 2:
             return self._fit(lines[2:], group, header)
-        if _LIST_LINE.match(lines[0]):
+        if _LIST_LINE.match(lines[0]) or lines[0].startswith("|"):  # a table with a huge header: rows alone
             return self._fit(_list_items(lines), group)
         return self._fit([block], group)
 
@@ -166,10 +171,10 @@ class _Packer:
 
 
 def _list_items(lines: list[str]) -> list[str]:
-    """One unit per list line; a stray non-item line stays with the item above it."""
+    """One unit per list item or table row; a stray continuation line stays with the line above it."""
     items: list[str] = []
     for line in lines:
-        if items and not _LIST_LINE.match(line):
+        if items and not _LIST_LINE.match(line) and not line.startswith("|"):
             items[-1] += "\n" + line
         else:
             items.append(line)

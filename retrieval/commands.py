@@ -99,12 +99,18 @@ def format_passages(passages: Sequence[Passage]) -> str:
         return "No passage in the policy index answers this closely enough.\n"
     blocks = []
     for rank, passage in enumerate(passages, start=1):
-        heading = f" › {passage.heading}" if passage.heading and passage.heading != passage.title else ""
         blocks.append(
-            f"{rank}. {passage.title}{heading}  (score {passage.score:.3f})\n"
+            f"{rank}. {_label(passage)}  (score {passage.score:.3f})\n"
             f"   {passage.source}\n\n{_indent(passage.text)}\n"
         )
     return "\n".join(blocks)
+
+
+def _label(passage: Passage) -> str:
+    """The heading path, which normally starts with the title; the title first when it does not."""
+    if passage.heading.startswith(passage.title):
+        return passage.heading
+    return " > ".join(part for part in (passage.title, passage.heading) if part)
 
 
 def _names(label: str, names: Sequence[str], *, limit: int | None = None) -> str:

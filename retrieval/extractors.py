@@ -46,6 +46,8 @@ def pdf_to_markdown(data: bytes) -> Extracted:
         raise
     except Exception as exc:  # pypdf signals damage with many exception types
         raise ExtractError(f"unreadable PDF: {exc}") from exc
+    if not any(text.strip() for text in pages):
+        raise ExtractError("no extractable text (a scanned PDF needs OCR first)")
     markdown = "\n\n".join(_pdf_page(text) for text in pages)
     return Extracted(re.sub(r"^## ", "# ", markdown.lstrip(), count=1), _clean_title(title))
 

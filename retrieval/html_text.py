@@ -16,7 +16,7 @@ from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 _PARSER = "lxml"
 
 _MEDIA = {"svg", "iframe", "video", "audio", "canvas", "img", "picture", "object", "embed"}
-_DROP = frozenset({"script", "style", "nav", "noscript", "template", "head", "title", "meta", "link", "select"} | _MEDIA)
+_DROP = frozenset({"script", "style", "nav", "noscript", "template", "head", "title", "meta", "link"} | _MEDIA)
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _LISTS = frozenset({"ul", "ol"})
 _SECTIONING = {"div", "section", "article", "main", "header", "footer", "aside", "details", "summary", "body", "html"}
@@ -48,9 +48,9 @@ _UNWRAP = re.compile(
 )
 
 
-def html_to_markdown(html: str) -> tuple[str, str | None]:
+def html_to_markdown(page: str) -> tuple[str, str | None]:
     """Convert a whole HTML page to Markdown, keeping only its main content; also return <title>."""
-    soup = BeautifulSoup(html, _PARSER)
+    soup = BeautifulSoup(page, _PARSER)
     title = _clean(soup.title.get_text()) if soup.title else None
     root = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.find("article") or soup.body or soup
     if root is soup.body:
@@ -60,9 +60,9 @@ def html_to_markdown(html: str) -> tuple[str, str | None]:
     return "\n\n".join(_blocks(root)), title or None
 
 
-def fragment_to_markdown(html: str) -> str:
+def fragment_to_markdown(fragment: str) -> str:
     """Convert one HTML block (a table, a list, a heading) found inside a Markdown file."""
-    body = BeautifulSoup(html, _PARSER).body
+    body = BeautifulSoup(fragment, _PARSER).body
     return "\n\n".join(_blocks(body)) if body else ""
 
 
@@ -114,7 +114,7 @@ def _anchor(match: re.Match[str]) -> str:
     return text
 
 
-def inline_text(node: Tag) -> str:
+def _inline_text(node: Tag) -> str:
     """The text of an element as one Markdown line: emphasis kept, links as text, breaks as spaces."""
     return _clean(_inline(node))
 
@@ -143,18 +143,18 @@ def _flush(pending: list[str], out: list[str]) -> None:
 
 def _block(tag: Tag) -> list[str]:
     if tag.name in _HEADINGS:
-        text = inline_text(tag).strip("*_ ")
+        text = _inline_text(tag).strip("*_ ")
         return [f"{'#' * _HEADINGS[tag.name]} {text}"] if text else []
     if tag.name in _LISTS:
         return ["\n".join(_list_lines(tag, depth=0))]
     if tag.name == "table":
-        return [table_to_markdown(tag)]
+        return [_table_to_markdown(tag)]
     if tag.name == "pre":
         return [f"```\n{tag.get_text().strip(chr(10))}\n```"]
     if tag.name == "blockquote":
         return ["\n".join(f"> {line}" if line else ">" for line in "\n\n".join(_blocks(tag)).split("\n"))]
     if tag.name == "li":  # a stray <li> outside any list
-        return [f"- {inline_text(tag)}"]
+        return [f"- {_inline_text(tag)}"]
     if tag.name == "hr":
         return []
     return _blocks(tag)
@@ -210,7 +210,7 @@ def _list_lines(tag: Tag, depth: int) -> list[str]:
         for sub in nested:
             sub.extract()
         marker = f"{number}." if tag.name == "ol" else "-"
-        text = inline_text(item)
+        text = _inline_text(item)
         if text:
             lines.append(f"{'  ' * depth}{marker} {text}")
             number += 1
@@ -219,7 +219,7 @@ def _list_lines(tag: Tag, depth: int) -> list[str]:
     return lines
 
 
-def table_to_markdown(table: Tag) -> str:
+def _table_to_markdown(table: Tag) -> str:
     """Render a <table> as a pipe table; a bold first row (or <th>/<thead>) becomes the header."""
     rows = [_cells(row) for row in table.find_all("tr") if row.find_parent("table") is table]
     rows = [row for row in rows if any(cell for cell in row)]
@@ -240,9 +240,9 @@ def _cells(row: Tag) -> list[str]:
     cells = []
     for cell in row.find_all(["td", "th"], recursive=False):
         for sub in cell.find_all(list(_LISTS)):
-            items = [inline_text(li) for li in sub.find_all("li")]
+            items = [_inline_text(li) for li in sub.find_all("li")]
             sub.replace_with(" " + "; ".join(item for item in items if item) + " ")
-        cells.append(inline_text(cell).replace("|", "\\|"))
+        cells.append(_inline_text(cell).replace("|", "\\|"))
     return cells
 
 

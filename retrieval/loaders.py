@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from retrieval.extractors import Extracted, ExtractError, docx_to_markdown, pdf_to_markdown
+from retrieval.extractors import ExtractError, docx_to_markdown, pdf_to_markdown
 from retrieval.html_text import convert_embedded_html, html_to_markdown
 from retrieval.markdown_norm import normalise_markdown
 from retrieval.templating import strip_templates
@@ -35,6 +35,7 @@ _FORMATS = {
 }
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
 _H1 = re.compile(r"^# (.+)$", re.MULTILINE)
+_FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def _load_one(candidate: _Candidate, report: LoadReport, bodies: dict[str, str],
     except ExtractError as exc:
         report.failures.append(LoadFailure(candidate.path, str(exc)))
         return
-    key = _body_key(document.text)
+    key = _duplicate_key(document)
     if key in bodies:
         report.duplicates.append((candidate.path, bodies[key]))
         return
@@ -127,7 +128,7 @@ def _parse(path: Path) -> _Parsed:
     kind = _FORMATS[path.suffix.lower()]
     if kind in ("pdf", "docx"):
         extracted = pdf_to_markdown(data) if kind == "pdf" else docx_to_markdown(data)
-        return _from_extracted(extracted)
+        return _Parsed(normalise_markdown(extracted.markdown), _Meta(), extracted.title)
     text, note = _decode(data)
     if kind == "html":
         markdown, title = html_to_markdown(text)
@@ -136,10 +137,6 @@ def _parse(path: Path) -> _Parsed:
     if kind == "markdown":
         body = convert_embedded_html(strip_templates(body))
     return _Parsed(normalise_markdown(body), meta, None, note)
-
-
-def _from_extracted(extracted: Extracted) -> _Parsed:
-    return _Parsed(normalise_markdown(extracted.markdown), _Meta(), extracted.title)
 
 
 def _read(path: Path) -> bytes:
@@ -228,13 +225,13 @@ def _document(candidate: _Candidate, parsed: _Parsed) -> Document:
 
 def _require_body(text: str) -> None:
     if not text.strip():
-        raise ExtractError("no text after conversion (empty file, or a scanned PDF without a text layer)")
+        raise ExtractError("no text after conversion")
     if all(line.startswith("#") or not line.strip() for line in text.splitlines()):
         raise ExtractError("only headings, no body text")
 
 
 def _first_h1(text: str) -> str | None:
-    match = _H1.search(text)
+    match = _H1.search(_FENCED.sub("", text))  # a "# comment" in a code block is not a title
     return match.group(1).strip() if match else None
 
 
@@ -247,7 +244,12 @@ def _pretty_stem(path: Path) -> str:
     return words[:1].upper() + words[1:] if words else path.name
 
 
-def _body_key(text: str) -> str:
-    """Duplicate key: the body without its title line, whitespace and case folded."""
-    body = re.sub(r"\A# .*\n*", "", text)
-    return hashlib.sha256(" ".join(body.split()).casefold().encode()).hexdigest()
+def _duplicate_key(document: Document) -> str:
+    """The body without its title line, whitespace and case folded, plus who may see it.
+
+    Section and audience are part of the key: the same text published for two audiences is two
+    documents, and skipping one would change who can find it.
+    """
+    body = " ".join(re.sub(r"\A# .*\n*", "", document.text).split()).casefold()
+    scope = [document.section, list(document.audience)]
+    return hashlib.sha256(json.dumps([body, scope]).encode()).hexdigest()

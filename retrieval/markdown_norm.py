@@ -2,7 +2,8 @@
 
 Output blocks are separated by one blank line: ``#`` headings, paragraphs (hard-wrapped lines
 joined), lists (one item a line, ``- `` bullets, two spaces a nesting level), pipe tables
-(``| a | b |``), ``> `` quotes and fenced code. Links keep their text (see html_text); images keep only a descriptive alt text.
+(``| a | b |``), ``> `` quotes and fenced code. Links keep their text (see html_text); images
+keep only a descriptive alt text.
 """
 
 from __future__ import annotations

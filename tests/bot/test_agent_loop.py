@@ -235,8 +235,9 @@ async def test_tool_results_are_capped_with_a_visible_marker(tmp_path, fake_open
     async with service(tmp_path, fake_openai, sample_index, tool_result_chars=300) as svc:
         await ask(svc, "leave?")
     content = fake_openai.requests[1].messages[-1]["content"]
-    assert len(content) < 360
-    assert "…[truncated:" in content
+    assert len(content) <= 300
+    observation = json.loads(content)  # still valid JSON: whole passages were dropped, not cut
+    assert "…[truncated: " in observation["truncated"]
 
 
 async def test_compaction_keeps_system_prompt_question_and_last_turns(tmp_path, fake_openai, sample_index):

@@ -68,6 +68,16 @@ def test_a_document_without_an_h1_is_rooted_at_its_title() -> None:
     assert [chunk.heading_path for chunk in chunks] == [("Leave",), ("Leave", "Scope")]
 
 
+def test_the_opening_h1_is_not_repeated_under_a_front_matter_title() -> None:
+    text = "# Remote and Hybrid Work Policy\n\nIntro.\n\n## Scope\n\nAll staff.\n\n# Appendix\n\nForms."
+    chunks = chunk_document(document(text, title="Remote Work"))
+    assert [chunk.heading_path for chunk in chunks] == [
+        ("Remote Work",),
+        ("Remote Work", "Scope"),
+        ("Remote Work", "Appendix"),
+    ]
+
+
 def test_positions_are_sequential_and_no_chunk_is_empty() -> None:
     text = POLICY + "\n\n## Empty section\n\n## Another\n\n" + "Sentence number one. " * 200
     chunks = chunk_document(document(text), max_tokens=64)

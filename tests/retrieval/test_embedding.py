@@ -76,7 +76,7 @@ def test_a_missing_model_package_is_named(tmp_path: Path, monkeypatch: pytest.Mo
     missing = replace(BUNDLED_FILES[0], package="policypal_no_such_package")
     monkeypatch.setattr(embedding, "BUNDLED_FILES", (missing,))
 
-    with pytest.raises(EmbeddingError, match="policypal_no_such_package.*not installed"):
+    with pytest.raises(EmbeddingError, match=r"policypal_no_such_package.*not installed"):
         bundled_model_dir(tmp_path)
 
 
@@ -119,8 +119,11 @@ def test_an_unknown_model_name_is_refused_before_loading(tmp_path: Path) -> None
 
 def test_dense_vectors_are_normalised_and_semantic(embedder: Embedder) -> None:
     leave, vacation, vpn = embedder.embed_documents(
-        ["How many days of annual leave do I get?", "Employees receive 25 vacation days a year.",
-         "Reinstall the VPN certificate when the client reports an error."]
+        [
+            "How many days of annual leave do I get?",
+            "Employees receive 25 vacation days a year.",
+            "Reinstall the VPN certificate when the client reports an error.",
+        ]
     )
     dense = [np.array(v.dense) for v in (leave, vacation, vpn)]
 

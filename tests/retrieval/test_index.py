@@ -126,9 +126,7 @@ def test_a_document_id_owned_by_another_existing_root_is_a_failure(
     assert index._stored_docs()["vpn.md"].root == str(tmp_path)
 
 
-def test_a_document_whose_root_disappeared_moves_to_the_new_root(
-    open_index: OpenIndex, corpus: list[Document]
-) -> None:
+def test_a_document_whose_root_disappeared_moves_to_the_new_root(open_index: OpenIndex, corpus: list[Document]) -> None:
     index = open_index()
     index.index_documents(corpus[:1], root="/no/longer/there")
 
@@ -182,9 +180,9 @@ def test_searching_before_anything_is_indexed_says_to_index(cfg: RetrievalConfig
 
 
 def test_the_embedded_index_is_locked_while_open(cfg: RetrievalConfig, embedder: Embedder) -> None:
-    with PolicyIndex.open(cfg, create=True, embedder=embedder):
-        with pytest.raises(IndexInUseError, match=r"in use by another process \(e.g. `policypal serve`\)"):
-            EdgeBackend.open(cfg.qdrant_path, cfg.collection, create=False)
+    in_use = r"in use by another process \(e.g. `policypal serve`\)"
+    with PolicyIndex.open(cfg, create=True, embedder=embedder), pytest.raises(IndexInUseError, match=in_use):
+        EdgeBackend.open(cfg.qdrant_path, cfg.collection, create=False)
     EdgeBackend.open(cfg.qdrant_path, cfg.collection, create=False).close()  # released on close
 
 

@@ -186,13 +186,17 @@ def test_label_lines_and_hard_breaks_stay_on_their_own_lines(tmp_path: Path) -> 
     assert doc.text == "**Owner:** People Team\n**Last reviewed:** March 2025"
 
 
-def test_links_keep_their_text_and_mail_addresses_but_drop_urls_and_images(tmp_path: Path) -> None:
+def test_links_keep_their_text_and_mail_addresses_and_images_their_descriptive_alt_text(tmp_path: Path) -> None:
     text = (
         "Read the [travel\nguide](https://x.example/a_(b)) or ask [HR](mailto:hr@example.com).\n"
-        "[![Screenshot](shot.png)](https://x.example/big) See <https://y.example> or <it@example.com>.\n"
+        "[![Screenshot](shot.png)](https://x.example/big) See <https://y.example> or <it@example.com>.\n\n"
+        "![Fields to complete before day one](https://x.example/fields.png)\n"
     )
     doc = load_one(write(tmp_path / "p.md", text))
-    assert doc.text == "Read the travel guide or ask HR (hr@example.com). See https://y.example or it@example.com."
+    assert doc.text == (
+        "Read the travel guide or ask HR (hr@example.com). See https://y.example or it@example.com.\n\n"
+        "Fields to complete before day one"
+    )
 
 
 def test_liquid_tags_are_removed(tmp_path: Path) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from retrieval.backends import HybridResult
-from retrieval.index import PolicyIndex, RelevanceFloor
+from retrieval.backends import Hit
+from retrieval.index import PolicyIndex, RelevanceFloor, Retrieval
 from retrieval.types import Document, SearchFilter
 
 from .conftest import OpenIndex, make_doc
@@ -53,18 +54,22 @@ def test_a_question_the_policies_do_not_cover_returns_nothing(index: PolicyIndex
     assert index.search("   ") == []
 
 
-def test_the_floor_uses_raw_dense_and_bm25_scores() -> None:
-    from retrieval.backends import Hit
+def test_the_floor_reads_dense_margin_and_term_strength() -> None:
+    floor = RelevanceFloor(min_dense=0.5, min_terms=0.7)
 
-    floor = RelevanceFloor(min_dense=0.5, min_sparse=8.0)
+    def retrieval(dense: list[float], sparse: float | None, terms: int = 2, size: int = 1000) -> Retrieval:
+        return Retrieval([], [Hit(str(i), s, {}) for i, s in enumerate(dense)],
+                         [Hit("s", sparse, {})] if sparse is not None else [], terms, size)
 
-    def result(dense: float, sparse: float | None) -> HybridResult:
-        return HybridResult([], [Hit("a", dense, {})], [Hit("b", sparse, {})] if sparse is not None else [])
-
-    assert floor.admits(result(0.55, None))
-    assert floor.admits(result(0.2, 9.0))
-    assert not floor.admits(result(0.45, 3.0))
-    assert not floor.admits(HybridResult())
+    standing_out = retrieval([0.45, 0.30, 0.30, 0.30, 0.30], None)
+    flat = retrieval([0.45, 0.44, 0.44, 0.43, 0.43], None)
+    assert standing_out.dense_margin == pytest.approx(0.15)
+    assert floor.admits(standing_out) and not floor.admits(flat)
+    rare_terms = 2 * math.log(1 + 999.5 / 1.5)  # two query terms, each in exactly one passage
+    assert retrieval([0.2], rare_terms).term_strength == pytest.approx(1.0)
+    assert floor.admits(retrieval([0.2], 0.8 * rare_terms))
+    assert not floor.admits(retrieval([0.2], 0.5 * rare_terms))
+    assert not floor.admits(Retrieval([], [], [], 0, 0))
 
 
 @pytest.mark.parametrize(
@@ -77,8 +82,9 @@ def test_the_floor_uses_raw_dense_and_bm25_scores() -> None:
         ((), False),
     ],
 )
-def test_audience_restricts_who_sees_a_document(index: PolicyIndex, groups: tuple[str, ...] | None,
-                                                visible: bool) -> None:
+def test_audience_restricts_who_sees_a_document(
+    index: PolicyIndex, groups: tuple[str, ...] | None, visible: bool
+) -> None:
     scope = SearchFilter(groups=groups)
     passages = index.search("salary bands for engineering levels", k=10, filter=scope)
 

@@ -1,0 +1,170 @@
+"""`policypal index` and `policypal search` as a user runs them: output, exit codes, clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from retrieval.commands import index_if_missing
+from retrieval.config import RetrievalConfig
+from retrieval.embedding import Embedder
+
+from .conftest import LEAVE_DOC, REPO, VPN_DOC
+
+FRONT_MATTER = "---\ntitle: {title}\nsection: {section}\n---\n\n"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder) -> Path:
+    """POLICYPAL_DATA_DIR for the CLI, with the session's loaded model standing in for a fresh load."""
+    data = tmp_path / "data"
+    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(data))
+    monkeypatch.setattr(Embedder, "from_config", lambda cfg: embedder)
+    return data
+
+
+@pytest.fixture
+def corpus_dir(tmp_path: Path) -> Path:
+    corpus = tmp_path / "policies"
+    corpus.mkdir()
+    (corpus / "vpn.md").write_text(FRONT_MATTER.format(title="VPN Standard", section="IT") + VPN_DOC)
+    (corpus / "leave.md").write_text(FRONT_MATTER.format(title="Leave Policy", section="People") + LEAVE_DOC)
+    return corpus
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_index_then_search_prints_passages(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _err = _run(capsys, "index", str(corpus_dir))
+    assert code == 0
+    assert "added (2): leave.md, vpn.md" in out and str(data_dir / "qdrant") in out
+
+    code, out, _err = _run(capsys, "search", "what does error KX-7731 mean?")
+    assert code == 0
+    assert out.startswith("1. VPN Standard > Troubleshooting  (score ")
+    assert "KX-7731" in out and str(corpus_dir / "vpn.md") in out
+
+
+def test_search_json_is_one_array_of_passages(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(capsys, "index", str(corpus_dir))
+
+    code, out, _err = _run(
+        capsys, "search", "how many days of annual leave", "-k", "2", "--json", "--section", "People"
+    )
+
+    passages = json.loads(out)
+    assert code == 0 and 1 <= len(passages) <= 2
+    assert set(passages[0]) == {"score", "title", "heading", "source", "text", "doc_id", "section"}
+    assert {p["section"] for p in passages} == {"People"}
+
+
+def test_a_question_outside_the_policies_prints_no_passage(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(capsys, "index", str(corpus_dir))
+
+    assert _run(capsys, "search", "best lasagna recipe", "--json")[:2] == (0, "[]\n")
+    code, out, _err = _run(capsys, "search", "best lasagna recipe")
+    assert code == 0 and "No passage" in out
+
+
+def test_reindex_reports_added_replaced_removed_and_unchanged(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (corpus_dir / "old.md").write_text("# Old policy\n\nThis policy was withdrawn in 2020.\n")
+    _run(capsys, "index", str(corpus_dir))
+    (corpus_dir / "old.md").unlink()
+    (corpus_dir / "leave.md").write_text(LEAVE_DOC.replace("25 days", "27 days"))
+    (corpus_dir / "new.md").write_text("# New policy\n\nBicycles may be parked in the courtyard.\n")
+
+    code, out, _err = _run(capsys, "index", str(corpus_dir))
+
+    assert code == 0
+    for line in (
+        "added (1): new.md",
+        "replaced (1): leave.md",
+        "removed (1): old.md",
+        "unchanged (skipped) (1): vpn.md",
+    ):
+        assert line in out
+
+
+def test_bad_files_are_named_and_skipped_and_the_rest_indexed(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (corpus_dir / "broken.md").write_text("---\ntitle: never closed\n\n# Body\n")
+
+    code, out, err = _run(capsys, "index", str(corpus_dir), str(corpus_dir.parent / "missing"))
+
+    assert code == 1
+    assert "added (2): leave.md, vpn.md" in out
+    assert f"failed: {corpus_dir / 'broken.md'}: front matter" in err
+    assert f"failed: {corpus_dir.parent / 'missing'}: no such file or directory" in err
+    assert "Traceback" not in err
+
+
+def test_an_empty_corpus_is_a_clear_error(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+
+    code, _out, err = _run(capsys, "index", str(tmp_path / "empty"))
+
+    assert code == 1 and "No documents to index" in err
+    assert not (data_dir / "qdrant").exists()
+
+
+def test_search_before_indexing_says_to_run_index(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "search", "anything")
+
+    assert code == 1 and out == ""
+    assert "run `policypal index" in err
+
+
+def test_index_while_another_process_holds_it_is_a_clear_error(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(capsys, "index", str(corpus_dir))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from retrieval.backend_edge import EdgeBackend; "
+            f"held = EdgeBackend.open(Path({str(data_dir / 'qdrant')!r}), 'policies', create=False); "
+            "print('ready', flush=True); time.sleep(60)",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        code, _out, err = _run(capsys, "index", str(corpus_dir))
+    finally:
+        holder.kill()
+        holder.wait()
+
+    assert code == 1
+    assert f"The index at {data_dir / 'qdrant'} is in use by another process (e.g. `policypal serve`)" in err
+    assert "Traceback" not in err
+
+
+def test_index_if_missing_indexes_only_the_first_time(
+    corpus_dir: Path, embedder: Embedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Embedder, "from_config", lambda cfg: embedder)
+    cfg = RetrievalConfig(qdrant_path=tmp_path / "q", model_cache_dir=tmp_path / "m")
+
+    assert index_if_missing(cfg, corpus_dir) is True
+    assert index_if_missing(cfg, corpus_dir) is False
