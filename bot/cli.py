@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     decide.add_argument("decision", choices=["confirm", "cancel"])
     _user_options(decide)
 
+    serve = sub.add_parser("serve", help="serve Slack and Teams (and /healthz) over HTTP")
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=3000)
+
+    package = sub.add_parser("teams-package", help="write the Teams app package (zip) an admin uploads")
+    package.add_argument("--out", default="policypal-teams.zip")
+
     traces = sub.add_parser("traces", help="list recent runs, or show one run's steps")
     traces.add_argument("run_id", nargs="?")
     traces.add_argument("-n", type=int, default=20, help="how many runs to list")
@@ -79,6 +86,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from retrieval.commands import run_search
 
         return run_search(settings.retrieval(), args.query, k=args.k, section=args.section, as_json=args.json)
+    if args.command == "serve":
+        from adapters.server import run_server
+
+        return run_server(settings, args.host, args.port)
+    if args.command == "teams-package":
+        from adapters.teams_package import write_package
+
+        return write_package(settings, args.out)
     if args.command == "traces":
         from bot.trace_report import show_traces
 

@@ -53,6 +53,38 @@ class Settings(BaseSettings):
     # state
     database_url: str | None = None
 
+    # who may see and do what
+    user_groups: str | None = None  # JSON {"user id or email": ["managers", ...]}; everyone is in "all"
+    guests_may_write: bool = False
+
+    # helpdesk handoff destinations (the local store always receives every case)
+    helpdesk_slack_channel: str | None = None
+    helpdesk_webhook_url: str | None = None
+    helpdesk_webhook_secret: SecretStr | None = None
+    helpdesk_teams_service_url: str | None = None
+    helpdesk_teams_conversation_id: str | None = None
+    helpdesk_smtp_host: str | None = None
+    helpdesk_smtp_port: int = 587
+    helpdesk_smtp_user: str | None = None
+    helpdesk_smtp_password: SecretStr | None = None
+    helpdesk_smtp_starttls: bool = True
+    helpdesk_email_from: str | None = None
+    helpdesk_email_to: str | None = None
+
+    # ticket backend
+    tickets: Literal["local", "jira", "servicenow", "webhook"] = "local"
+    jira_url: str | None = None
+    jira_email: str | None = None
+    jira_api_token: SecretStr | None = None
+    jira_service_desk_id: str | None = None
+    jira_request_type_id: str | None = None
+    servicenow_url: str | None = None
+    servicenow_user: str | None = None
+    servicenow_password: SecretStr | None = None
+    servicenow_token: SecretStr | None = None
+    tickets_webhook_url: str | None = None
+    tickets_webhook_secret: SecretStr | None = None
+
     # Slack
     slack_bot_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
     slack_signing_secret: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_SIGNING_SECRET"))
@@ -64,6 +96,8 @@ class Settings(BaseSettings):
     microsoft_app_password: SecretStr | None = Field(default=None, validation_alias=_env("MicrosoftAppPassword"))
     microsoft_app_type: str | None = Field(default=None, validation_alias=_env("MicrosoftAppType"))
     microsoft_app_tenant_id: str | None = Field(default=None, validation_alias=_env("MicrosoftAppTenantId"))
+    teams_allowed_tenants: str | None = None  # comma-separated tenant ids; unset: any tenant
+    teams_allow_unauthenticated: bool = False  # Bot Framework Emulator and tests only
 
     @property
     def resolved_database_url(self) -> str:

@@ -66,7 +66,7 @@ def search_tool(searcher: Searcher, *, top_k: int = 5) -> Tool:
     return Tool(SEARCH_TOOL, SEARCH_DESCRIPTION, parameters, Consequence.READ, handler)
 
 
-def ticket_tool(backend: TicketBackend) -> Tool:
+def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool:
     async def handler(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         request = TicketRequest(
             category=arguments["category"],
@@ -90,11 +90,13 @@ def ticket_tool(backend: TicketBackend) -> Tool:
         "required": ["category", "summary", "urgency"],
         "additionalProperties": False,
     }
-    return Tool(TICKET_TOOL, TICKET_DESCRIPTION, parameters, Consequence.WRITE, handler)
+    return Tool(TICKET_TOOL, TICKET_DESCRIPTION, parameters, Consequence.WRITE, handler, guests_allowed=guests_allowed)
 
 
-def policy_tools(searcher: Searcher, tickets: TicketBackend, *, top_k: int = 5) -> ToolRegistry:
-    return ToolRegistry([search_tool(searcher, top_k=top_k), ticket_tool(tickets)])
+def policy_tools(
+    searcher: Searcher, tickets: TicketBackend, *, top_k: int = 5, guests_may_write: bool = False
+) -> ToolRegistry:
+    return ToolRegistry([search_tool(searcher, top_k=top_k), ticket_tool(tickets, guests_allowed=guests_may_write)])
 
 
 def _passage_result(passage: Passage) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from bot.agent import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
@@ -25,6 +26,7 @@ from bot.types import Answer, GaveUp, Inbound, Outcome, Pending, TerminationReas
 
 log = logging.getLogger(__name__)
 
+STALE_EXECUTING = timedelta(minutes=10)  # far beyond any tool timeout: such a call's process is gone
 CANCELLED_BY_USER = {"status": "cancelled", "note": "cancelled by user"}
 PROCESS_OWNER = f"{os.uname().nodename}:{os.getpid()}"
 
@@ -99,6 +101,19 @@ class PolicyPal:
         platform = record.conversation_key.split(":", 1)[0]
         reply = await self._run(state, platform, f"({decision} {record.tool})", None)
         return DecisionReply(verdict, result, reply)
+
+    async def recover(self, older_than: timedelta = STALE_EXECUTING) -> list[PendingRecord]:
+        """Actions left executing by a dead process are never re-run: mark them unknown for a human."""
+        stale = await self.pending.mark_stale_executing_unknown(older_than)
+        for record in stale:
+            log.error(
+                "pending action %s (%s for %s) was executing when its process died; marked unknown, "
+                "a human must check whether it happened",
+                record.id,
+                record.tool,
+                record.requester,
+            )
+        return stale
 
     async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
         return await self.store.set_feedback(run_id, value, user_id)

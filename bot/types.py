@@ -54,6 +54,7 @@ class Inbound:
     text: str
     event_id: str
     tenant: str = ""
+    link: str | None = None  # a link back to the message (Slack permalink, Teams deep link)
 
     @property
     def conversation_key(self) -> str:

@@ -48,7 +48,7 @@ def agent_deps(settings: Settings, model: ChatModel, searcher: Searcher, tickets
     )
     return AgentDeps(
         model=model,
-        tools=policy_tools(searcher, tickets, top_k=settings.top_k),
+        tools=policy_tools(searcher, tickets, top_k=settings.top_k, guests_may_write=settings.guests_may_write),
         budgets=budgets(settings),
         price=price or prices.lookup("policypal-offline"),  # type: ignore[arg-type]
         settings=loop,
@@ -74,7 +74,9 @@ async def open_service(
             await owned_index.aclose()
         raise
     pending = PendingActions(store, ttl=timedelta(seconds=settings.pending_ttl_s))
-    return PolicyPal(deps, store, pending, searcher=owned_index)
+    service = PolicyPal(deps, store, pending, searcher=owned_index)
+    await service.recover()
+    return service
 
 
 class OwnedIndex:

@@ -194,3 +194,20 @@ async def test_guests_are_refused_write_tools_and_the_run_ends_policy_denied(tmp
     assert isinstance(reply.outcome, GaveUp)
     assert "not allowed" in reply.outcome.text
     assert row.reason == "policy_denied"
+
+
+async def test_an_action_left_executing_by_a_dead_process_is_marked_unknown_not_rerun(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(propose())
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        action = reply.outcome.action
+        long_ago = utcnow() - timedelta(hours=1)
+        assert await svc.store.transition(action.id, ("open",), "executing", decided_at=long_ago, decider=ALICE.id)
+    async with service(tmp_path, fake_openai, sample_index) as restarted:
+        record = await restarted.pending.get(action.id)
+        decided = await restarted.decide(action.id, ALICE, "confirm", action.args_hash)
+        assert await restarted.store.count_tickets() == 0
+    assert record.state == "unknown"
+    assert decided.status == "already_decided"

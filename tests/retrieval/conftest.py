@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +16,7 @@ import pytest
 
 from retrieval.backends import IndexBackend
 from retrieval.config import RetrievalConfig
-from retrieval.embedding import Embedder
+from retrieval.embedding import Embedder, Vectors
 from retrieval.index import PolicyIndex
 from retrieval.types import Document
 
@@ -36,11 +36,31 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+class MemoEmbedder(Embedder):
+    """The real bundled model, remembering vectors: tests index the same few texts many times."""
+
+    def __init__(self, model_name: str, cache_dir: Path) -> None:
+        super().__init__(model_name, cache_dir, batch_size=16)
+        self._passages: dict[str, Vectors] = {}
+        self._queries: dict[str, Vectors] = {}
+
+    def embed_documents(self, texts: Sequence[str]) -> list[Vectors]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._passages]
+        if missing:
+            self._passages.update(zip(missing, super().embed_documents(missing), strict=True))
+        return [self._passages[t] for t in texts]
+
+    def embed_query(self, text: str) -> Vectors:
+        if text not in self._queries:
+            self._queries[text] = super().embed_query(text)
+        return self._queries[text]
+
+
 @pytest.fixture(scope="session")
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
     """The bundled model, loaded once for the whole session."""
     cache = tmp_path_factory.mktemp("models")
-    return Embedder(RetrievalConfig().embedding_model, cache, batch_size=16).load()
+    return MemoEmbedder(RetrievalConfig().embedding_model, cache).load()
 
 
 @pytest.fixture
@@ -163,6 +183,10 @@ Managers see the bands for their reports in the compensation tool.
 @pytest.fixture
 def corpus() -> list[Document]:
     """Four short policies with sections and audiences: enough to exercise ranking and filters."""
+    return sample_corpus()
+
+
+def sample_corpus() -> list[Document]:
     return [
         make_doc("vpn.md", VPN_DOC, section="IT"),
         make_doc("leave.md", LEAVE_DOC, section="People", audience=("all",)),

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from retrieval.backends import Hit
+from retrieval.config import RetrievalConfig
+from retrieval.embedding import Embedder
 from retrieval.index import PolicyIndex, RelevanceFloor, Retrieval
 from retrieval.types import Document, SearchFilter
 
-from .conftest import OpenIndex, make_doc
+from .conftest import OpenIndex, make_doc, sample_corpus
 
 # Many passages about errors and certificates, one of which names the code: BM25 must find it.
 DISTRACTORS = [
@@ -26,11 +29,22 @@ DISTRACTORS = [
 ]
 
 
-@pytest.fixture
-def index(open_index: OpenIndex, corpus: list[Document]) -> PolicyIndex:
-    index = open_index()
-    index.index_documents([*corpus, *DISTRACTORS], root="/policies")
-    return index
+@pytest.fixture(scope="module", params=["edge", "qdrant-client"])
+def index(request: pytest.FixtureRequest, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[PolicyIndex]:
+    """One read-only index per backend for the whole module: these tests only search."""
+    data = tmp_path_factory.mktemp("search")
+    cfg = RetrievalConfig(qdrant_path=data / "qdrant", model_cache_dir=data / "models")
+    backend = None
+    if request.param == "qdrant-client":
+        from qdrant_client import QdrantClient
+
+        from retrieval.backend_qdrant import QdrantBackend
+
+        backend = QdrantBackend(QdrantClient(location=":memory:"), cfg.collection)
+    with PolicyIndex.open(cfg, create=True, embedder=embedder, backend=backend) as index:
+        index.index_documents([*sample_corpus(), *DISTRACTORS], root="/policies")
+        yield index
 
 
 def _doc_ids(passages: list) -> list[str]:  # type: ignore[type-arg]
@@ -116,7 +130,7 @@ def test_k_limits_the_number_of_passages(index: PolicyIndex) -> None:
     assert len(index.search("certificate expired reinstall", k=3)) == 3
 
 
-async def test_asearch_runs_off_the_event_loop(index: PolicyIndex) -> None:
+async def test_asearch_runs_off_the_event_loop(index: PolicyIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     loop_thread = threading.get_ident()
     seen: list[int] = []
     original = index.retrieve
@@ -125,16 +139,17 @@ async def test_asearch_runs_off_the_event_loop(index: PolicyIndex) -> None:
         seen.append(threading.get_ident())
         return original(*args, **kwargs)
 
-    index.retrieve = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(index, "retrieve", spy)
     results = await asyncio.gather(*(index.asearch("KX-7731", k=2) for _ in range(4)))
 
     assert all(_doc_ids(r)[0] == "vpn.md" for r in results)
     assert seen and loop_thread not in seen
 
 
-def test_concurrent_searches_from_threads_agree(index: PolicyIndex) -> None:
+def test_concurrent_searches_from_threads_agree(index: PolicyIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     questions = ["KX-7731", "how many vacation days", "business class flights", "hotel rate"] * 4
     expected = [_doc_ids(index.search(q)) for q in questions]
+    monkeypatch.setattr(index.embedder, "_queries", {})  # the threads run the model, not the test memo
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(lambda q: _doc_ids(index.search(q)), questions))
