@@ -9,12 +9,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
+from adapters.helpdesk_destinations import destinations
 from bot.config import Settings
+from bot.handoff import case_number
+from bot.outbox import DeliveryResult
 from bot.service import DecisionReply, PolicyPal, Reply
 from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
 from bot.wiring import SAMPLE_POLICIES, open_service
 
 Decide = Literal["confirm", "cancel"] | None
+DELIVERY_WAIT_S = 10.0  # the terminal waits this long for the helpdesk; failures stay in the outbox
 
 
 def inbound(text: str, user: UserRef, thread: str) -> Inbound:
@@ -49,6 +53,7 @@ async def ask(
         out.write(render_decision(decided) + "\n")
     elif not isinstance(reply.outcome, Pending):
         out.write(render(reply) + "\n")
+    await deliver_cases(service, reply, decided, out=None if as_json else out)
     final = decided.reply if decided and decided.reply else reply
     return 0 if isinstance(final.outcome, Answer | Pending) else 3
 
@@ -74,10 +79,40 @@ async def chat(
         reply = await service.handle_message(inbound(question, user, thread))
         assert reply is not None
         out.write(render(reply) + "\n")
+        decided = None
         if isinstance(reply.outcome, Pending):
             choice = _prompt_choice(read)
             if choice is not None:
-                out.write(render_decision(await decide(service, reply.outcome, user, choice)) + "\n")
+                decided = await decide(service, reply.outcome, user, choice)
+                out.write(render_decision(decided) + "\n")
+        await deliver_cases(service, reply, decided, out=out)
+
+
+async def deliver_cases(service: PolicyPal, reply: Reply, decided: DecisionReply | None, *, out: TextIO | None) -> None:
+    """Deliver the helpdesk cases this exchange opened, waiting a bounded time; failures stay queued."""
+    for case_id in _case_ids(reply, decided):
+        results = await service.outbox.run_once(case_id, timeout_s=DELIVERY_WAIT_S)
+        if out is None:
+            continue
+        for result in results:
+            out.write(_delivery_line(case_id, result) + "\n")
+
+
+def _delivery_line(case_id: str, result: DeliveryResult) -> str:
+    if result.status == "delivered":
+        return f"({case_id} sent to the helpdesk via {result.destination})"
+    if result.status == "retrying":
+        return f"({case_id} not yet sent via {result.destination}: {result.detail}; it stays queued)"
+    return f"({case_id} could not be sent via {result.destination}: {result.detail}; see policypal handoffs --failed)"
+
+
+def _case_ids(reply: Reply, decided: DecisionReply | None) -> list[str]:
+    replies = [reply, *([decided.reply] if decided and decided.reply else [])]
+    found = [r.outcome.case_id for r in replies if isinstance(r.outcome, GaveUp) and r.outcome.case_id]
+    found += [r.run_id for r in replies if case_number(r.run_id) is not None]  # a typed request for a human
+    if decided is not None and decided.case is not None:
+        found.append(decided.case.case_id)
+    return list(dict.fromkeys(found))
 
 
 def _prompt_choice(prompt: Callable[[str], str] | None) -> Decide:
@@ -123,10 +158,12 @@ def render_decision(decided: DecisionReply) -> str:
 
 def _result_line(result: dict[str, Any]) -> str:
     if "ticket_id" in result:
-        return f"Ticket {result['ticket_id']} created."
+        link = f" ({result['url']})" if result.get("url") else ""
+        return f"Ticket {result['ticket_id']} created{link}."
     if result.get("status") == "cancelled":
         return "Cancelled: no ticket was raised."
-    return f"The action failed: {result.get('error', result)}"
+    handoff = f" {result['handoff']}" if result.get("handoff") else ""
+    return f"The action failed: {result.get('error', result)}{handoff}"
 
 
 def outcome_json(reply: Reply, decided: DecisionReply | None = None) -> dict[str, Any]:
@@ -146,6 +183,8 @@ def outcome_json(reply: Reply, decided: DecisionReply | None = None) -> dict[str
     if decided is not None:
         data["decision"] = decided.status
         data["ticket"] = decided.result if decided.result and "ticket_id" in decided.result else None
+        if decided.case is not None:
+            data["case_id"] = decided.case.case_id
         data["final_run_id"] = final.run_id
     return data
 
@@ -165,6 +204,7 @@ def _outcome_fields(reply: Reply) -> dict[str, Any]:
         fields["citations"] = [c.__dict__ for c in outcome.citations]
     elif isinstance(outcome, GaveUp):
         fields["answer"] = outcome.text
+        fields["case_id"] = outcome.case_id
     return fields
 
 
@@ -172,7 +212,7 @@ async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: st
     """Entry for `policypal ask|chat|decide`: open the service on embedded defaults and run the command."""
     user = UserRef(id=user_id, name=user_id, groups=tuple(args.group))
     ensure_sample_index(settings)
-    service = await open_service(settings)
+    service = await open_service(settings, destinations=destinations(settings))
     try:
         if args.command == "ask":
             choice: Decide = "confirm" if args.yes else "cancel" if args.no else None
@@ -194,6 +234,8 @@ async def decide_by_id(
         return 1
     decided = await service.decide(pending_id, user, choice, record.args_hash)  # type: ignore[arg-type]
     out.write(render_decision(decided) + "\n")
+    if decided.reply is not None:
+        await deliver_cases(service, decided.reply, decided, out=out)
     return 0 if decided.status in ("confirmed", "cancelled") else 1
 
 

@@ -6,11 +6,14 @@ configured, and says so in the log, so a half-configured platform is never silen
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from adapters.helpdesk_destinations import destinations
 from bot.config import Settings
 from bot.service import PolicyPal
 from bot.wiring import open_service
@@ -31,6 +34,7 @@ def build_app(settings: Settings, service: PolicyPal | None = None) -> web.Appli
     app[SETTINGS] = settings
     app.router.add_get("/healthz", healthz)
     app.cleanup_ctx.append(_service_context(service))
+    app.cleanup_ctx.append(_outbox_worker)
     from adapters.slack import add_slack_routes
     from adapters.teams import add_teams_routes
 
@@ -41,13 +45,24 @@ def build_app(settings: Settings, service: PolicyPal | None = None) -> web.Appli
 
 def _service_context(given: PolicyPal | None):  # type: ignore[no-untyped-def]
     async def context(app: web.Application) -> AsyncIterator[None]:
-        service = given or await open_service(app[SETTINGS])
+        settings = app[SETTINGS]
+        service = given or await open_service(settings, destinations=destinations(settings))
         app[SERVICE] = service
         yield
         if given is None:
             await service.close()
 
     return context
+
+
+async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
+    """Deliver helpdesk cases while the server runs (any number of replicas may run one)."""
+    outbox = app[SERVICE].outbox
+    task = asyncio.create_task(outbox.run_forever(), name="handoff-outbox")
+    yield
+    outbox.stop()  # finish what is in flight, so a half-posted case is not posted again after a restart
+    with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+        await asyncio.wait_for(task, outbox.policy.deliver_timeout_s + 1)
 
 
 def run_server(settings: Settings, host: str = "0.0.0.0", port: int = 3000) -> int:

@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
     traces.add_argument("run_id", nargs="?")
     traces.add_argument("-n", type=int, default=20, help="how many runs to list")
     traces.add_argument("--json", action="store_true")
+
+    handoffs = sub.add_parser("handoffs", help="helpdesk cases: list them, print one transcript, retry deliveries")
+    handoffs.add_argument("case_id", nargs="?", help="a case id such as HD-1001: print its transcript")
+    handoffs.add_argument("-n", type=int, default=20, help="how many cases to list")
+    handoffs.add_argument("--failed", action="store_true", help="only cases with a delivery that gave up, and why")
+    handoffs.add_argument("--retry", action="store_true", help="retry failed deliveries (all, or CASE_ID's) now")
+    handoffs.add_argument("--json", action="store_true")
     return parser
 
 
@@ -98,9 +105,27 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from bot.trace_report import show_traces
 
         return asyncio.run(show_traces(settings, args.run_id, limit=args.n, as_json=args.json))
+    if args.command == "handoffs":
+        return _handoffs(args, settings)
     from adapters.console import run_terminal
 
     return asyncio.run(run_terminal(settings, args, _user_id(args)))
+
+
+def _handoffs(args: argparse.Namespace, settings: Settings) -> int:
+    from adapters.helpdesk_destinations import destinations
+    from bot.handoff_report import show_handoffs
+
+    report = show_handoffs(
+        settings,
+        args.case_id,
+        limit=args.n,
+        failed=args.failed,
+        retry=args.retry,
+        as_json=args.json,
+        destinations=destinations,
+    )
+    return asyncio.run(report)
 
 
 def _user_id(args: argparse.Namespace) -> str:

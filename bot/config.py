@@ -69,7 +69,13 @@ class Settings(BaseSettings):
     helpdesk_smtp_password: SecretStr | None = None
     helpdesk_smtp_starttls: bool = True
     helpdesk_email_from: str | None = None
-    helpdesk_email_to: str | None = None
+    helpdesk_email_to: str | None = None  # comma-separated addresses
+    helpdesk_reply_within: str = "one working day"  # told to the user with the case id
+    helpdesk_transcript_result_chars: int = 1_000  # each tool result in a transcript
+    helpdesk_max_attempts: int = 8  # per destination, before a delivery shows as failed
+    helpdesk_retry_base_s: float = 30.0  # first retry delay; doubles up to an hour
+    helpdesk_deliver_timeout_s: float = 20.0
+    helpdesk_poll_s: float = 5.0  # how often the server's outbox worker looks for due deliveries
 
     # ticket backend
     tickets: Literal["local", "jira", "servicenow", "webhook"] = "local"
@@ -84,6 +90,8 @@ class Settings(BaseSettings):
     servicenow_token: SecretStr | None = None
     tickets_webhook_url: str | None = None
     tickets_webhook_secret: SecretStr | None = None
+    tickets_timeout_s: float = 10.0  # per request to a remote ticket system
+    tickets_attempts: int = 3  # tries for timeouts, 429 and 5xx before the failure reaches the user
 
     # Slack
     slack_bot_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
@@ -102,6 +110,10 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'policypal.db'}"
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret, so transcripts and error messages can redact them."""
+        return [value.get_secret_value() for value in self.__dict__.values() if isinstance(value, SecretStr)]
 
     def retrieval(self) -> RetrievalConfig:
         return RetrievalConfig(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from bot.tickets import TicketBackend, TicketRequest
+from bot.tickets import TicketBackend, TicketError, TicketRequest
 from bot.tools import Consequence, Tool, ToolContext, ToolRegistry
 from retrieval.types import Passage, SearchFilter
 
@@ -76,7 +76,10 @@ def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool
             requester=ctx.user,
             idempotency_key=ctx.idempotency_key or ctx.run_id,
         )
-        ticket = await backend.create(request)
+        try:
+            ticket = await backend.create(request)
+        except TicketError as exc:  # the model explains it; the service opens a helpdesk case
+            return {"status": "failed", "error": f"The ticket was not created: {exc}", "kind": exc.kind}
         return {"status": "created", "ticket_id": ticket.id, "url": ticket.url}
 
     parameters = {

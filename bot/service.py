@@ -1,7 +1,10 @@
-"""The API adapters call: ``handle_message`` for a user's message, ``decide`` for a Confirm/Cancel click.
+"""The API adapters call: ``handle_message`` for a user's message, ``decide`` for a Confirm/Cancel click,
+``request_handoff`` for "Still need help?".
 
 Adapters map platform events to ``Inbound`` and render the ``Reply`` they get back; everything that
-must survive a restart (event dedupe, thread history, pending actions, traces) goes through the store.
+must survive a restart (event dedupe, thread history, pending actions, traces, helpdesk cases) goes
+through the store. Every give-up, every confirmed write that failed and every request for a human
+opens a helpdesk case before the user is told its id (see ``bot.handoff``).
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal
 
 from bot.agent import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
 from bot.conversation import thread_context
+from bot.handoff import ACTION_UNKNOWN, TICKET_FAILED, USER_REQUEST, HandoffCase, Helpdesk, asks_for_human
+from bot.outbox import Outbox
 from bot.pending import Decision, PendingActions
 from bot.run_state import RunState, StateVersionError
-from bot.store import PendingRecord, Store
+from bot.store import PendingRecord, Place, Store
 from bot.tools import ToolContext
 from bot.turn import ProposedWrite, execute_confirmed
 from bot.types import Answer, GaveUp, Inbound, Outcome, Pending, TerminationReason, UserRef
@@ -51,6 +57,7 @@ class DecisionReply:
     decision: Decision
     result: dict[str, Any] | None = None  # the frozen call's result, or "cancelled by user"
     reply: Reply | None = None
+    case: HandoffCase | None = None  # opened when the confirmed call failed: a human follows up
 
     @property
     def status(self) -> str:
@@ -60,11 +67,24 @@ class DecisionReply:
 class PolicyPal:
     """The platform-neutral service: one per process, shared by every adapter."""
 
-    def __init__(self, deps: AgentDeps, store: Store, pending: PendingActions, searcher: object = None) -> None:
+    def __init__(
+        self,
+        deps: AgentDeps,
+        store: Store,
+        pending: PendingActions,
+        searcher: object = None,
+        *,
+        helpdesk: Helpdesk | None = None,
+        outbox: Outbox | None = None,
+        resources: Sequence[object] = (),
+    ) -> None:
         self.deps = deps
         self.store = store
         self.pending = pending
         self.searcher = searcher  # closed with the service when the service opened it
+        self.helpdesk = helpdesk or Helpdesk(store, budgets=deps.budgets)
+        self.outbox = outbox or Outbox(store, [])  # the server runs it; the console calls run_once
+        self._resources = tuple(resources)  # ticket backend, destinations: closed with the service
 
     async def handle_message(self, inbound: Inbound, cancel: asyncio.Event | None = None) -> Reply | None:
         """Run the agent for one message; None when the event was already handled (a platform retry)."""
@@ -72,6 +92,10 @@ class PolicyPal:
             log.info("duplicate event %s ignored", inbound.event_id)
             return None
         history = await self.store.load_history(inbound.conversation_key)
+        if not history:
+            await self.store.remember_place(_place(inbound))
+        if asks_for_human(inbound.text):
+            return await self._hand_over(inbound)
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, *thread_context(history, inbound.text)]
         state = RunState(
             run_id=_new_run_id(),
@@ -80,7 +104,26 @@ class PolicyPal:
             messages=messages,
             question_index=len(messages) - 1,
         )
-        return await self._run(state, inbound.platform, inbound.text, cancel)
+        return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
+
+    async def request_handoff(
+        self, conversation_key: str, user: UserRef, *, link: str | None = None, question: str | None = None
+    ) -> HandoffCase:
+        """Open a case for a person who asked for one ("Still need help?", "I want a human").
+
+        One case per answer: asking twice after the same run returns the same case.
+        """
+        runs = await self.store.conversation_runs(conversation_key, limit=1)
+        latest = runs[-1] if runs else None
+        return await self.helpdesk.open_case(
+            origin=f"request:{conversation_key}:{latest.id if latest else 'none'}",
+            reason=USER_REQUEST,
+            user=user,
+            conversation_key=conversation_key,
+            question=latest.question if latest else question or "",
+            run_id=latest.id if latest else None,
+            link=link,
+        )
 
     async def decide(
         self, pending_id: str, actor: UserRef, decision: Literal["confirm", "cancel"], args_hash: str
@@ -91,16 +134,20 @@ class PolicyPal:
             return DecisionReply(verdict)
         record = verdict.action
         result = await self._execute(record, actor) if verdict.confirmed else CANCELLED_BY_USER
+        case = None
+        if verdict.confirmed and _failed(result):
+            case = await self._action_case(record, actor, TICKET_FAILED, str(result.get("error", "")))
+            result = {**result, "case_id": case.case_id, "handoff": case.message}
         try:
             state = RunState.from_dict(record.run_state)
         except StateVersionError as exc:
             log.error("pending %s: %s", pending_id, exc)
-            return DecisionReply(verdict, result)
+            return DecisionReply(verdict, result, case=case)
         state.run_id = _new_run_id()
         state.resume_with(record.call_id, _json(result))
         platform = record.conversation_key.split(":", 1)[0]
         reply = await self._run(state, platform, f"({decision} {record.tool})", None)
-        return DecisionReply(verdict, result, reply)
+        return DecisionReply(verdict, result, reply, case)
 
     async def recover(self, older_than: timedelta = STALE_EXECUTING) -> list[PendingRecord]:
         """Actions left executing by a dead process are never re-run: mark them unknown for a human."""
@@ -113,14 +160,16 @@ class PolicyPal:
                 record.tool,
                 record.requester,
             )
+            detail = f"{record.tool} was executing when its process died: check whether it happened."
+            await self._action_case(record, UserRef(record.requester), ACTION_UNKNOWN, detail)
         return stale
 
     async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
         return await self.store.set_feedback(run_id, value, user_id)
 
     async def close(self) -> None:
-        """Release the model client, the index and the database, in that order."""
-        for resource in (self.deps.model, self.searcher):
+        """Release the model client, the index, backends and destinations, then the database."""
+        for resource in (self.deps.model, self.searcher, *self._resources):
             closer = getattr(resource, "aclose", None)
             if closer is not None:
                 await closer()
@@ -130,10 +179,34 @@ class PolicyPal:
         tool = self.deps.tools.get(record.tool)
         context = ToolContext(actor, record.run_id, record.conversation_key, idempotency_key=record.id)
         ok, result = await execute_confirmed(tool, record.arguments, context)
-        await self.pending.finish(record.id, ok=ok, result=result)
+        await self.pending.finish(record.id, ok=ok and not _failed(result), result=result)
         return result
 
-    async def _run(self, state: RunState, platform: str, question: str, cancel: asyncio.Event | None) -> Reply:
+    async def _action_case(self, record: PendingRecord, user: UserRef, reason: str, detail: str) -> HandoffCase:
+        """A case for a confirmed action that failed or may not have happened, so a human follows up."""
+        return await self.helpdesk.open_case(
+            origin=f"action:{record.id}",
+            reason=reason,
+            user=user,
+            conversation_key=record.conversation_key,
+            question=_question_of(record),
+            run_id=record.run_id,
+            detail=detail,
+        )
+
+    async def _hand_over(self, inbound: Inbound) -> Reply:
+        """A typed request for a person: open the case at once, no model run."""
+        key = inbound.conversation_key
+        case = await self.request_handoff(key, inbound.user, link=inbound.link, question=inbound.text)
+        text = case.user_reply()
+        history = await self.store.load_history(key)
+        history += [{"role": "user", "content": inbound.text}, {"role": "assistant", "content": text}]
+        await self.store.save_history(key, history)
+        return Reply(case.case_id, TerminationReason.ANSWERED, Answer(text), key)
+
+    async def _run(
+        self, state: RunState, platform: str, question: str, cancel: asyncio.Event | None, link: str | None = None
+    ) -> Reply:
         await self.store.start_run(
             state.run_id,
             state.conversation_key,
@@ -144,14 +217,14 @@ class PolicyPal:
             PROCESS_OWNER,
         )
         result = await run_agent(self.deps, state, cancel)
-        outcome = await self._settle(result)
-        await self._persist(result)
+        await self._persist(result)  # first, so a give-up's case carries this run's trace
+        outcome = await self._settle(result, link)
         spent = state.spent
         return Reply(
             result.run_id, result.reason, outcome, state.conversation_key, spent.steps, spent.tokens, spent.cost_usd
         )
 
-    async def _settle(self, result: RunResult) -> Outcome:
+    async def _settle(self, result: RunResult, link: str | None = None) -> Outcome:
         """Turn the loop's result into what the user sees, storing what must outlive the process."""
         state = result.state
         if isinstance(result.outcome, ProposedWrite):
@@ -168,9 +241,26 @@ class PolicyPal:
                 run_state=state.to_dict(),
             )
             return Pending(text=text, action=action)
-        if isinstance(result.outcome, Answer | GaveUp):
-            await self._remember(state, result.outcome.text)
-        return result.outcome
+        outcome = result.outcome
+        if isinstance(outcome, GaveUp):
+            outcome = await self._give_up(result, outcome, link)
+        if isinstance(outcome, Answer | GaveUp):
+            await self._remember(state, outcome.text)
+        return outcome
+
+    async def _give_up(self, result: RunResult, outcome: GaveUp, link: str | None) -> GaveUp:
+        """Open the case (stored before the user hears of it) and tell the user its id."""
+        state = result.state
+        case = await self.helpdesk.open_case(
+            origin=f"run:{result.run_id}",
+            reason=result.reason.value,
+            user=state.user,
+            conversation_key=state.conversation_key,
+            question=state.question,
+            run_id=result.run_id,
+            link=link,
+        )
+        return replace(outcome, text=case.user_reply(), transcript=case.to_json(), case_id=case.case_id)
 
     async def _remember(self, state: RunState, answer: str) -> None:
         """Thread history keeps questions and final answers only; tool traffic lives in the trace."""
@@ -191,6 +281,29 @@ class PolicyPal:
             latency_ms=result.trace.latency_ms,
             trace=result.trace.step_dicts(),
         )
+
+
+def _place(inbound: Inbound) -> Place:
+    return Place(
+        key=inbound.conversation_key,
+        platform=inbound.platform,
+        tenant=inbound.tenant,
+        channel=inbound.channel,
+        thread=inbound.thread,
+        link=inbound.link,
+    )
+
+
+def _failed(result: dict[str, Any]) -> bool:
+    """A tool result is a failure when the call raised or the backend reported an error."""
+    return "error" in result
+
+
+def _question_of(record: PendingRecord) -> str:
+    try:
+        return RunState.from_dict(record.run_state).question
+    except (StateVersionError, KeyError, IndexError, TypeError):
+        return record.text
 
 
 def _new_run_id() -> str:

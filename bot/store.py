@@ -1,9 +1,10 @@
-"""Persistence: event dedupe, thread history, run traces and pending actions.
+"""Persistence: event dedupe, thread history, run traces, pending actions, tickets and handoffs.
 
 One code path for SQLite (aiosqlite, the embedded default) and PostgreSQL (asyncpg, shared by
 replicas). Methods are single statements wherever correctness across processes depends on it: a
-claim is one ``INSERT ... ON CONFLICT DO NOTHING`` and a pending transition is one
-``UPDATE ... WHERE id = :id AND state IN (...)``; the affected row count is the answer, so no
+claim is one ``INSERT ... ON CONFLICT DO NOTHING``, a pending transition is one
+``UPDATE ... WHERE id = :id AND state IN (...)`` and an outbox delivery is claimed by one
+``UPDATE ... WHERE id = :id AND (due or stale)``; the affected row count is the answer, so no
 process ever acts on a stale read.
 
 All models live on one declarative ``Base`` so Alembic can autogenerate migrations from
@@ -32,8 +33,11 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
+    and_,
     event,
     func,
+    or_,
     select,
     update,
 )
@@ -51,6 +55,7 @@ SQLITE_BUSY_TIMEOUT_MS = 5_000
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
 RunStatus = Literal["running", "finished"]
+DeliveryState = Literal["pending", "sending", "delivered", "failed"]
 PendingState = Literal["open", "executing", "done", "failed", "cancelled", "expired", "unknown"]
 
 
@@ -174,6 +179,64 @@ class PendingActionRow(Base):
     run_state: Mapped[dict[str, Any]] = mapped_column(_json())
 
 
+class ThreadPlace(Base):
+    """Where a conversation lives on its platform, kept from its first message for handoffs."""
+
+    __tablename__ = "thread_places"
+
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    tenant: Mapped[str] = mapped_column(String(255), default="")
+    channel: Mapped[str] = mapped_column(String(512))  # Teams conversation ids run long
+    thread: Mapped[str] = mapped_column(String(255))
+    link: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Handoff(Base):
+    """A helpdesk case: who, where, the question and the redacted transcript. Never updated."""
+
+    __tablename__ = "handoffs"
+
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    origin: Mapped[str] = mapped_column(String(640), unique=True)  # what caused it: one case per cause
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    reason: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str] = mapped_column(String(255))
+    user_name: Mapped[str] = mapped_column(String(255), default="")
+    user_email: Mapped[str | None] = mapped_column(String(255))
+    platform: Mapped[str] = mapped_column(String(32))
+    tenant: Mapped[str] = mapped_column(String(255), default="")
+    channel: Mapped[str] = mapped_column(String(512), default="")
+    thread: Mapped[str] = mapped_column(String(255), default="")
+    link: Mapped[str | None] = mapped_column(Text)
+    conversation_key: Mapped[str] = mapped_column(String(512), index=True)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    question: Mapped[str] = mapped_column(Text)
+    reply_within: Mapped[str] = mapped_column(String(64), default="")
+    transcript: Mapped[dict[str, Any]] = mapped_column(_json())
+
+
+class HandoffDelivery(Base):
+    """The outbox: one row per case and destination, delivered exactly once by whichever worker claims it."""
+
+    __tablename__ = "handoff_deliveries"
+    __table_args__ = (UniqueConstraint("case_number", "destination"), Index(None, "state", "next_attempt_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    case_number: Mapped[int] = mapped_column(Integer, index=True)
+    destination: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    claimed_by: Mapped[str | None] = mapped_column(String(255))
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    external_ref: Mapped[str | None] = mapped_column(Text)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
 @dataclass(frozen=True)
 class RunRow:
     """One run as stored: what the CLI lists and a sweeper inspects."""
@@ -236,6 +299,59 @@ class PendingRecord:
         )
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where a conversation lives: what a handoff links back to."""
+
+    key: str
+    platform: str
+    tenant: str
+    channel: str
+    thread: str
+    link: str | None
+
+
+@dataclass(frozen=True)
+class HandoffRecord:
+    """A stored helpdesk case."""
+
+    number: int
+    origin: str
+    created_at: datetime
+    reason: str
+    user_id: str
+    user_name: str
+    user_email: str | None
+    platform: str
+    tenant: str
+    channel: str
+    thread: str
+    link: str | None
+    conversation_key: str
+    run_id: str | None
+    question: str
+    reply_within: str
+    transcript: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeliveryRecord:
+    """One destination's delivery of one case, as the outbox sees it."""
+
+    id: int
+    case_number: int
+    destination: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: datetime
+    claimed_by: str | None
+    claimed_at: datetime | None
+    last_error: str | None
+    external_ref: str | None
+    delivered_at: datetime | None
+    created_at: datetime
+
+
 _PENDING_COLUMNS = frozenset(f.name for f in dataclasses.fields(PendingRecord))
 
 
@@ -245,6 +361,14 @@ def _run_row(row: Any) -> RunRow:
 
 def _pending_record(row: Any) -> PendingRecord:
     return PendingRecord(**row._mapping)
+
+
+def _handoff_record(row: Any) -> HandoffRecord:
+    return HandoffRecord(**row._mapping)
+
+
+def _delivery_record(row: Any) -> DeliveryRecord:
+    return DeliveryRecord(**row._mapping)
 
 
 def _check_pending_columns(names: Sequence[str]) -> None:
@@ -423,6 +547,10 @@ class Store:
         stmt = stmt.on_conflict_do_nothing(index_elements=["idempotency_key"])
         query = select(TicketRow.number).where(TicketRow.idempotency_key == idempotency_key)
         async with self._engine.begin() as conn:
+            # Looking first keeps PostgreSQL's sequence from skipping a number on every repeat;
+            # the conditional INSERT still decides a race.
+            if (number := await conn.scalar(query)) is not None:
+                return int(number), False
             created = (await conn.execute(stmt)).rowcount == 1
             number = await conn.scalar(query)
         return int(number), created
@@ -502,3 +630,152 @@ class Store:
         async with self._engine.connect() as conn:
             rows = await conn.execute(stmt.order_by(table.created_at).limit(limit))
             return [_pending_record(row) for row in rows]
+
+    # -- where conversations live, and what a handoff transcript reads -------------------------
+
+    async def remember_place(self, place: Place) -> None:
+        """Keep where a conversation lives; the first message's place wins (its link is the thread's)."""
+        stmt = self._insert(ThreadPlace).values(**dataclasses.asdict(place), created_at=utcnow())
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
+
+    async def get_place(self, key: str) -> Place | None:
+        """Where a conversation lives, if its first message was seen by this release."""
+        columns = [getattr(ThreadPlace, f.name) for f in dataclasses.fields(Place)]
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(*columns).where(ThreadPlace.key == key))).first()
+        return Place(**row._mapping) if row else None
+
+    async def conversation_runs(self, key: str, limit: int = 50) -> list[RunRow]:
+        """A conversation's runs, oldest first (the last ``limit``)."""
+        stmt = select(Run.__table__).where(Run.conversation_key == key)
+        stmt = stmt.order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            rows = [_run_row(row) for row in await conn.execute(stmt)]
+        return rows[::-1]
+
+    async def conversation_actions(self, key: str, limit: int = 50) -> list[PendingRecord]:
+        """A conversation's pending actions, oldest first: the writes proposed, decided and run."""
+        table = PendingActionRow
+        stmt = select(table.__table__).where(table.conversation_key == key).order_by(table.created_at).limit(limit)
+        async with self._engine.connect() as conn:
+            return [_pending_record(row) for row in await conn.execute(stmt)]
+
+    # -- handoffs and their outbox ---------------------------------------------------------------
+
+    async def create_handoff(
+        self, origin: str, fields: Mapping[str, Any], destinations: Sequence[str]
+    ) -> tuple[HandoffRecord, bool]:
+        """Insert a case once per origin, with one outbox row per destination, in one transaction.
+
+        Returns the stored case and whether this call created it; a second call with the same origin
+        (a retry, another replica) gets the first case back and adds no deliveries.
+        """
+        now = utcnow()
+        stmt = self._insert(Handoff).values(origin=origin, created_at=now, **fields)
+        stmt = stmt.on_conflict_do_nothing(index_elements=["origin"])
+        query = select(Handoff.__table__).where(Handoff.origin == origin)
+        async with self._engine.begin() as conn:
+            if (row := (await conn.execute(query)).first()) is not None:  # a repeat: no sequence gap
+                return _handoff_record(row), False
+            created = (await conn.execute(stmt)).rowcount == 1
+            row = (await conn.execute(query)).one()
+            if created and destinations:
+                outbox = [_new_delivery(row.number, name, now) for name in dict.fromkeys(destinations)]
+                await conn.execute(HandoffDelivery.__table__.insert(), outbox)
+        return _handoff_record(row), created
+
+    async def get_handoff(self, number: int) -> HandoffRecord | None:
+        """One case by number."""
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(Handoff.__table__).where(Handoff.number == number))).first()
+        return _handoff_record(row) if row else None
+
+    async def list_handoffs(self, limit: int = 20, *, failed_only: bool = False) -> list[HandoffRecord]:
+        """The newest cases first; ``failed_only``: those with a delivery that gave up."""
+        stmt = select(Handoff.__table__).order_by(Handoff.number.desc()).limit(limit)
+        if failed_only:
+            failed = select(HandoffDelivery.case_number).where(HandoffDelivery.state == "failed")
+            stmt = stmt.where(Handoff.number.in_(failed))
+        async with self._engine.connect() as conn:
+            return [_handoff_record(row) for row in await conn.execute(stmt)]
+
+    async def deliveries(self, case_numbers: Sequence[int]) -> list[DeliveryRecord]:
+        """The outbox rows of some cases, for status displays."""
+        table = HandoffDelivery
+        stmt = select(table.__table__).where(table.case_number.in_(list(case_numbers))).order_by(table.id)
+        async with self._engine.connect() as conn:
+            return [_delivery_record(row) for row in await conn.execute(stmt)]
+
+    async def due_deliveries(
+        self,
+        destinations: Sequence[str],
+        now: datetime,
+        stale_before: datetime,
+        *,
+        case_number: int | None = None,
+        limit: int = 50,
+    ) -> list[DeliveryRecord]:
+        """Deliveries due now, or claimed by a worker that has gone quiet; a worker must still claim each."""
+        table = HandoffDelivery
+        stmt = select(table.__table__).where(table.destination.in_(list(destinations)), _claimable(now, stale_before))
+        if case_number is not None:
+            stmt = stmt.where(table.case_number == case_number)
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(stmt.order_by(table.next_attempt_at, table.id).limit(limit))
+            return [_delivery_record(row) for row in rows]
+
+    async def claim_delivery(self, delivery_id: int, owner: str, now: datetime, stale_before: datetime) -> int | None:
+        """Take a delivery in one conditional UPDATE; the winner gets its attempt number, others None.
+
+        The attempt number fences the result: a worker presumed dead whose delivery was reclaimed
+        cannot record its late outcome over the new claim.
+        """
+        table = HandoffDelivery
+        stmt = (
+            update(table)
+            .where(table.id == delivery_id, _claimable(now, stale_before))
+            .values(state="sending", claimed_by=owner, claimed_at=now, attempts=table.attempts + 1)
+            .returning(table.attempts)
+        )
+        async with self._engine.begin() as conn:
+            attempt = (await conn.execute(stmt)).scalar_one_or_none()
+        return None if attempt is None else int(attempt)
+
+    async def settle_delivery(
+        self, delivery_id: int, owner: str, attempt: int, state: DeliveryState, **fields: Any
+    ) -> bool:
+        """Record a claimed delivery's outcome; False when the claim was lost (reclaimed as stale)."""
+        table = HandoffDelivery
+        stmt = update(table).where(
+            table.id == delivery_id, table.state == "sending", table.claimed_by == owner, table.attempts == attempt
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt.values(state=state, **fields))).rowcount == 1
+
+    async def retry_failed_deliveries(self, now: datetime, case_number: int | None = None) -> int:
+        """Put deliveries that gave up back in the outbox, due now, with a fresh run of attempts."""
+        table = HandoffDelivery
+        stmt = update(table).where(table.state == "failed")
+        if case_number is not None:
+            stmt = stmt.where(table.case_number == case_number)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt.values(state="pending", attempts=0, next_attempt_at=now))).rowcount
+
+
+def _claimable(now: datetime, stale_before: datetime) -> Any:
+    table = HandoffDelivery
+    due = and_(table.state == "pending", table.next_attempt_at <= now)
+    stale = and_(table.state == "sending", table.claimed_at < stale_before)
+    return or_(due, stale)
+
+
+def _new_delivery(case_number: int, destination: str, now: datetime) -> dict[str, Any]:
+    return {
+        "case_number": case_number,
+        "destination": destination,
+        "state": "pending",
+        "attempts": 0,
+        "next_attempt_at": now,
+        "created_at": now,
+    }

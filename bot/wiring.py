@@ -1,8 +1,13 @@
-"""Build the service from settings: the one place that chooses model, index, store and tickets."""
+"""Build the service from settings: the one place that chooses model, index, store, tickets and helpdesk.
+
+Destinations that need a platform client (Slack, Teams) are built by the composition root
+(``adapters.helpdesk_destinations``) and passed in, so nothing in bot/ imports platform code.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -10,13 +15,17 @@ from typing import Any
 from bot.agent import AgentDeps, LoopSettings
 from bot.budget import Budgets
 from bot.config import ConfigError, Settings
+from bot.handoff import Destination, Helpdesk, TranscriptLimits
 from bot.llm import build_model
+from bot.outbox import Outbox, OutboxPolicy
 from bot.pending import PendingActions
 from bot.policy_tools import Searcher, policy_tools
 from bot.pricing import PriceTable, UnknownPrice
+from bot.redaction import Redactor
 from bot.service import PolicyPal
 from bot.store import Store
-from bot.tickets import LocalTickets
+from bot.ticket_backends import build_ticket_backend
+from bot.tickets import TicketBackend
 from bot.turn import TurnLimits
 from bot.types import ChatModel
 
@@ -34,7 +43,7 @@ def budgets(settings: Settings) -> Budgets:
     )
 
 
-def agent_deps(settings: Settings, model: ChatModel, searcher: Searcher, tickets: LocalTickets) -> AgentDeps:
+def agent_deps(settings: Settings, model: ChatModel, searcher: Searcher, tickets: TicketBackend) -> AgentDeps:
     """Fixed run configuration; refuses at start a dollar cap on a model with no known price."""
     try:
         prices = PriceTable.from_json(settings.model_prices)
@@ -56,9 +65,20 @@ def agent_deps(settings: Settings, model: ChatModel, searcher: Searcher, tickets
 
 
 async def open_service(
-    settings: Settings, *, searcher: Searcher | None = None, model: ChatModel | None = None
+    settings: Settings,
+    *,
+    searcher: Searcher | None = None,
+    model: ChatModel | None = None,
+    destinations: Sequence[Destination] | None = None,
 ) -> PolicyPal:
-    """Open store, index and model; tests pass their own searcher or model, production passes none."""
+    """Open store, index, model, tickets and helpdesk; tests pass their own searcher or model.
+
+    ``destinations``: where handoff cases go besides the local store (composition roots pass
+    ``adapters.helpdesk_destinations.destinations(settings)``).
+    """
+    if destinations is None:
+        _warn_if_destinations_configured(settings)
+    destinations = list(destinations or [])
     owned_index = None
     if searcher is None:
         from retrieval.index import PolicyIndex
@@ -67,16 +87,54 @@ async def open_service(
     store = await Store.open(settings.resolved_database_url)
     model = model or build_model(settings)
     try:
-        deps = agent_deps(settings, model, searcher, LocalTickets(store))
+        tickets = build_ticket_backend(settings, store)
+        deps = agent_deps(settings, model, searcher, tickets)
     except ConfigError:
         await store.close()
         if owned_index is not None:
             await owned_index.aclose()
         raise
     pending = PendingActions(store, ttl=timedelta(seconds=settings.pending_ttl_s))
-    service = PolicyPal(deps, store, pending, searcher=owned_index)
+    outbox, helpdesk = helpdesk_for(settings, store, destinations, deps.budgets)
+    service = PolicyPal(
+        deps, store, pending, searcher=owned_index, helpdesk=helpdesk, outbox=outbox, resources=[tickets, *destinations]
+    )
     await service.recover()
     return service
+
+
+def outbox_policy(settings: Settings) -> OutboxPolicy:
+    return OutboxPolicy(
+        max_attempts=settings.helpdesk_max_attempts,
+        backoff_s=settings.helpdesk_retry_base_s,
+        deliver_timeout_s=settings.helpdesk_deliver_timeout_s,
+        poll_s=settings.helpdesk_poll_s,
+    )
+
+
+def helpdesk_for(
+    settings: Settings, store: Store, destinations: Sequence[Destination], budgets: Budgets | None = None
+) -> tuple[Outbox, Helpdesk]:
+    """The outbox that delivers cases and the helpdesk that opens them, sharing one redactor."""
+    redactor = Redactor(settings.secret_values())
+    outbox = Outbox(store, destinations, outbox_policy(settings), redactor=redactor)
+    helpdesk = Helpdesk(
+        store,
+        outbox.names,
+        budgets=budgets,
+        redactor=redactor,
+        limits=TranscriptLimits(result_chars=settings.helpdesk_transcript_result_chars),
+        reply_within=settings.helpdesk_reply_within,
+        on_created=outbox.wake,
+    )
+    return outbox, helpdesk
+
+
+def _warn_if_destinations_configured(settings: Settings) -> None:
+    names = ("helpdesk_slack_channel", "helpdesk_webhook_url", "helpdesk_teams_conversation_id", "helpdesk_smtp_host")
+    configured = [name for name in names if getattr(settings, name)]
+    if configured:
+        log.warning("helpdesk destinations configured (%s) but none passed to open_service", ", ".join(configured))
 
 
 class OwnedIndex:

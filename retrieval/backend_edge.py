@@ -17,7 +17,9 @@ import qdrant_edge as qe
 from retrieval.backends import (
     DENSE,
     KEYWORD_FIELDS,
+    RANKING_FIELDS,
     RRF_K,
+    RRF_WEIGHTS,
     SCROLL_PAGE,
     SPARSE,
     STORED_DOC_FIELDS,
@@ -133,7 +135,7 @@ class EdgeBackend:
         return 0 if self._shard is None else self._shard.count(qe.CountRequest(exact=True))
 
     def hybrid_query(
-        self, query: Vectors, *, limit: int, prefetch_limit: int, search_filter: SearchFilter | None
+        self, query: Vectors, *, limit: int, candidates: int, search_filter: SearchFilter | None
     ) -> HybridResult:
         if self._shard is None:
             return HybridResult()
@@ -142,12 +144,15 @@ class EdgeBackend:
         sparse = qe.Query.Nearest(qe.SparseVector(query.sparse_indices, query.sparse_values), using=SPARSE)
         fused = qe.QueryRequest(
             limit=limit,
-            prefetches=[qe.Prefetch(limit=prefetch_limit, query=q, filter=flt) for q in (dense, sparse)],
-            query=qe.Fusion.Rrf(k=RRF_K),
+            prefetches=[qe.Prefetch(limit=candidates, query=q, filter=flt) for q in (dense, sparse)],
+            query=qe.Fusion.Rrf(k=RRF_K, weights=RRF_WEIGHTS),
             filter=flt,
             with_payload=True,
         )
-        singles = [qe.QueryRequest(limit=limit, query=q, filter=flt, with_payload=True) for q in (dense, sparse)]
+        singles = [
+            qe.QueryRequest(limit=candidates, query=q, filter=flt, with_payload=RANKING_FIELDS)
+            for q in (dense, sparse)
+        ]
         results = self._shard.query_batch(qe.QueryBatchRequest([fused, *singles]))
         return HybridResult(*([_hit(p) for p in points] for points in results))
 

@@ -14,7 +14,9 @@ from qdrant_client import QdrantClient, models
 from retrieval.backends import (
     DENSE,
     KEYWORD_FIELDS,
+    RANKING_FIELDS,
     RRF_K,
+    RRF_WEIGHTS,
     SCROLL_PAGE,
     SPARSE,
     STORED_DOC_FIELDS,
@@ -45,7 +47,8 @@ class QdrantBackend:
     @classmethod
     def connect(cls, url: str, api_key: str | None, collection: str, *, create: bool) -> QdrantBackend:
         """Connect to a server; without create, a missing collection is an IndexMissingError."""
-        client = QdrantClient(url=url, api_key=api_key)
+        # The version probe would only add a warning before our own error when the server is down.
+        client = QdrantClient(url=url, api_key=api_key, check_compatibility=False)
         backend = cls(client, collection, location=f"{url} (collection {collection!r})")
         try:
             exists = client.collection_exists(collection)
@@ -102,21 +105,21 @@ class QdrantBackend:
         return self._client.count(self._collection, exact=True).count
 
     def hybrid_query(
-        self, query: Vectors, *, limit: int, prefetch_limit: int, search_filter: SearchFilter | None
+        self, query: Vectors, *, limit: int, candidates: int, search_filter: SearchFilter | None
     ) -> HybridResult:
         flt = _filter(search_filter)
         sparse = models.SparseVector(indices=query.sparse_indices, values=query.sparse_values)
         prefetch = [
-            models.Prefetch(query=query.dense, using=DENSE, limit=prefetch_limit, filter=flt),
-            models.Prefetch(query=sparse, using=SPARSE, limit=prefetch_limit, filter=flt),
+            models.Prefetch(query=query.dense, using=DENSE, limit=candidates, filter=flt),
+            models.Prefetch(query=sparse, using=SPARSE, limit=candidates, filter=flt),
         ]
+        fusion = models.RrfQuery(rrf=models.Rrf(k=RRF_K, weights=RRF_WEIGHTS))
         requests = [
-            models.QueryRequest(
-                prefetch=prefetch, query=models.RrfQuery(rrf=models.Rrf(k=RRF_K)),
-                filter=flt, limit=limit, with_payload=True,
+            models.QueryRequest(prefetch=prefetch, query=fusion, filter=flt, limit=limit, with_payload=True),
+            *(
+                models.QueryRequest(query=q, using=name, filter=flt, limit=candidates, with_payload=RANKING_FIELDS)
+                for q, name in ((query.dense, DENSE), (sparse, SPARSE))
             ),
-            models.QueryRequest(query=query.dense, using=DENSE, filter=flt, limit=limit, with_payload=True),
-            models.QueryRequest(query=sparse, using=SPARSE, filter=flt, limit=limit, with_payload=True),
         ]
         responses = self._client.query_batch_points(self._collection, requests=requests)
         return HybridResult(*([_hit(p) for p in response.points] for response in responses))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -21,6 +22,7 @@ NAMES_SHOWN = 10  # unchanged documents are summarised past this many
 def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO | None = None) -> int:
     """Index files and directories; 1 when any file failed or there was nothing to index."""
     out = out or sys.stdout
+    started = time.perf_counter()
     loads = load_roots([Path(p) for p in paths])
     if not any(load.report.documents for load in loads):
         _print_failures([f for load in loads for f in load.report.failures])
@@ -33,6 +35,7 @@ def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO 
     except (PolicyIndexError, EmbeddingError) as exc:
         print(exc, file=sys.stderr)
         return 1
+    report.seconds = time.perf_counter() - started  # reading and parsing the files included
     out.write(format_report(report, location))
     _print_failures(report.failures)
     return 0 if report.ok else 1
@@ -87,7 +90,7 @@ def format_report(report: IndexReport, location: str) -> str:
         _names("removed", report.removed),
         _names("unchanged (skipped)", report.unchanged, limit=NAMES_SHOWN),
         _names("duplicates (skipped)", [f"{path} (same as {other})" for path, other in report.duplicates]),
-        _names("failed", [str(f.path) for f in report.failures]),
+        f"  failed ({len(report.failures)}): skipped, each listed with its reason" if report.failures else "",
         _names("notes", [f"{path}: {note}" for path, note in report.notes]),
     ]
     return "\n".join(line for line in lines if line) + "\n"

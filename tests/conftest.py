@@ -17,13 +17,14 @@ from tests.fakes.openai_server import FakeOpenAI, fake_openai_server
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_POLICIES = REPO / "examples" / "policies"
 PLATFORM_VARS = ("OPENAI_", "SLACK_", "MICROSOFTAPP", "POLICYPAL_")
+TEST_VARS = ("POLICYPAL_TEST_",)  # set by CI for the tests themselves (the PostgreSQL URL): kept
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """A developer's shell or .env must never change a result; models never come from a hub."""
     for name in list(os.environ):
-        if name.upper().startswith(PLATFORM_VARS):
+        if name.upper().startswith(PLATFORM_VARS) and not name.upper().startswith(TEST_VARS):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from retrieval.backend_edge import EdgeBackend
-from retrieval.backends import IndexInUseError, IndexMismatchError, IndexMissingError, point_id
+from retrieval.backends import IndexInUseError, IndexMismatchError, IndexMissingError, PolicyIndexError, point_id
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder
 from retrieval.index import PolicyIndex
@@ -211,3 +211,10 @@ def test_the_index_survives_a_restart(cfg: RetrievalConfig, embedder: Embedder, 
     with PolicyIndex.open(cfg, embedder=embedder) as reopened:
         assert reopened.count() == count
         assert reopened.index_documents(corpus, root=ROOT_A).chunks_embedded == 0
+
+
+def test_an_unreachable_qdrant_server_is_a_clear_error(cfg: RetrievalConfig, embedder: Embedder) -> None:
+    server = replace(cfg, qdrant_url="http://127.0.0.1:9")  # the discard port: nothing listens
+
+    with pytest.raises(PolicyIndexError, match=r"Cannot reach the Qdrant server at http://127.0.0.1:9"):
+        PolicyIndex.open(server, embedder=embedder)

@@ -1,0 +1,77 @@
+"""Where handoff cases go, from ``POLICYPAL_HELPDESK_*``: the one list the server, console and CLI share.
+
+Any number at once; the local store always holds every case whatever is configured here. A
+destination that is half configured is refused at start with the setting that is missing.
+"""
+
+from __future__ import annotations
+
+from bot.config import ConfigError, Settings
+from bot.handoff import Destination
+from bot.handoff_destinations import EmailDestination, WebhookDestination
+
+
+def destinations(settings: Settings) -> list[Destination]:
+    """Every configured destination, in the order cases are delivered."""
+    found: list[Destination] = []
+    if settings.helpdesk_slack_channel:
+        found.append(_slack(settings))
+    if settings.helpdesk_teams_conversation_id or settings.helpdesk_teams_service_url:
+        found.append(_teams(settings))
+    if settings.helpdesk_webhook_url:
+        found.append(_webhook(settings))
+    if settings.helpdesk_smtp_host:
+        found.append(_email(settings))
+    return found
+
+
+def _slack(settings: Settings) -> Destination:
+    from adapters.slack_helpdesk import SlackChannelDestination
+
+    if settings.slack_bot_token is None:
+        raise ConfigError("POLICYPAL_HELPDESK_SLACK_CHANNEL needs SLACK_BOT_TOKEN (a bot in that channel)")
+    token = settings.slack_bot_token.get_secret_value()
+    channel = settings.helpdesk_slack_channel or ""
+    return SlackChannelDestination.from_token(token, channel, base_url=settings.slack_api_url)
+
+
+def _teams(settings: Settings) -> Destination:
+    if not (settings.helpdesk_teams_conversation_id and settings.helpdesk_teams_service_url):
+        raise ConfigError(
+            "the Teams helpdesk channel needs both POLICYPAL_HELPDESK_TEAMS_SERVICE_URL and "
+            "POLICYPAL_HELPDESK_TEAMS_CONVERSATION_ID"
+        )
+    try:
+        from adapters.teams_helpdesk import teams_destination
+    except ImportError as exc:
+        raise ConfigError(f"the Teams helpdesk destination is not available in this build: {exc}") from None
+    destination: Destination = teams_destination(settings)
+    return destination
+
+
+def _webhook(settings: Settings) -> Destination:
+    secret = settings.helpdesk_webhook_secret.get_secret_value() if settings.helpdesk_webhook_secret else None
+    if secret is None:
+        raise ConfigError("POLICYPAL_HELPDESK_WEBHOOK_URL needs POLICYPAL_HELPDESK_WEBHOOK_SECRET to sign its bodies")
+    return WebhookDestination(
+        settings.helpdesk_webhook_url or "", secret, timeout_s=settings.helpdesk_deliver_timeout_s
+    )
+
+
+def _email(settings: Settings) -> Destination:
+    recipients = [a.strip() for a in (settings.helpdesk_email_to or "").split(",") if a.strip()]
+    if not recipients or not settings.helpdesk_email_from:
+        raise ConfigError(
+            "POLICYPAL_HELPDESK_SMTP_HOST needs POLICYPAL_HELPDESK_EMAIL_FROM and POLICYPAL_HELPDESK_EMAIL_TO"
+        )
+    password = settings.helpdesk_smtp_password.get_secret_value() if settings.helpdesk_smtp_password else None
+    return EmailDestination(
+        settings.helpdesk_smtp_host or "",
+        settings.helpdesk_smtp_port,
+        sender=settings.helpdesk_email_from,
+        recipients=recipients,
+        user=settings.helpdesk_smtp_user,
+        password=password,
+        starttls=settings.helpdesk_smtp_starttls,
+        timeout_s=settings.helpdesk_deliver_timeout_s,
+    )

@@ -1,0 +1,121 @@
+"""The Slack helpdesk channel as a handoff destination: a summary message, the transcript in its thread.
+
+The summary names the user, the question in one line, the reason and the link back; the full
+Markdown transcript follows as replies in the summary's thread (Slack shows code blocks verbatim).
+A delivery that posted its summary but failed in the thread resumes in the thread on the next
+attempt in this process, rather than posting a second summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.handoff import HandoffCase, reason_label
+
+CHUNK_CHARS = 3_500  # under Slack's 4,000-character guidance for one message's text
+MAX_THREAD_MESSAGES = 15
+HEADER_CHARS = 150  # Block Kit header limit
+SECTION_CHARS = 2_900  # Block Kit section limit is 3,000
+
+
+@dataclass
+class _Progress:
+    channel: str
+    ts: str
+    posted: int = 0  # transcript chunks already in the thread
+    chunks: list[str] = field(default_factory=list)
+
+
+class SlackChannelDestination:
+    """Posts each case to one Slack channel (an id such as C0123, or a name the bot is a member of)."""
+
+    name = "slack"
+
+    def __init__(self, client: AsyncWebClient, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._progress: dict[str, _Progress] = {}
+
+    @classmethod
+    def from_token(cls, token: str, channel: str, *, base_url: str | None = None) -> SlackChannelDestination:
+        if not base_url:
+            return cls(AsyncWebClient(token=token), channel)
+        return cls(AsyncWebClient(token=token, base_url=base_url.rstrip("/") + "/"), channel)
+
+    async def deliver(self, case: HandoffCase) -> str | None:
+        progress = self._progress.get(case.case_id) or await self._post_summary(case)
+        while progress.posted < len(progress.chunks):
+            chunk = progress.chunks[progress.posted]
+            await self._client.chat_postMessage(channel=progress.channel, thread_ts=progress.ts, text=chunk)
+            progress.posted += 1
+        self._progress.pop(case.case_id, None)
+        return f"{progress.channel}/{progress.ts}"
+
+    async def _post_summary(self, case: HandoffCase) -> _Progress:
+        response = await self._client.chat_postMessage(
+            channel=self._channel, text=case.summary_line(), blocks=summary_blocks(case), unfurl_links=False
+        )
+        progress = _Progress(str(response["channel"]), str(response["ts"]), chunks=transcript_chunks(case))
+        self._progress[case.case_id] = progress
+        return progress
+
+
+def summary_blocks(case: HandoffCase) -> list[dict[str, Any]]:
+    """Header, key facts as fields, the question, and where the transcript is."""
+    header = f"{case.case_id} · {reason_label(case.reason)}"[:HEADER_CHARS]
+    user = f"<@{case.user.id}>" if case.platform == "slack" else _escape(case.user.name or case.user.id)
+    if case.user.email:
+        user += f" ({_escape(case.user.email)})"
+    link = f"<{case.link}|open the conversation>" if case.link else _escape(f"{case.platform} {case.channel}")
+    fields = [
+        ("User", user),
+        ("Reason", _escape(case.reason)),
+        ("Where", link),
+        ("Opened", f"{case.created_at:%H:%M} UTC"),
+    ]
+    return [
+        {"type": "header", "text": {"type": "plain_text", "text": header}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in fields]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _quote(case.question)[:SECTION_CHARS]}},
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": f"Transcript in the thread · `policypal handoffs {case.case_id}`"}],
+        },
+    ]
+
+
+def transcript_chunks(case: HandoffCase) -> list[str]:
+    """The Markdown transcript as code blocks of at most ``CHUNK_CHARS``, split on line boundaries."""
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in case.to_markdown().replace("```", "'''").splitlines():
+        line = line[:CHUNK_CHARS]
+        if size + len(line) + 1 > CHUNK_CHARS and current:
+            chunks.append("\n".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line) + 1
+    if current:
+        chunks.append("\n".join(current))
+    if len(chunks) > MAX_THREAD_MESSAGES:
+        rest = len(chunks) - MAX_THREAD_MESSAGES + 1
+        chunks = chunks[: MAX_THREAD_MESSAGES - 1]
+        chunks.append(f"({rest} more parts: the whole transcript is `policypal handoffs {case.case_id}`)")
+        return [_code(c) for c in chunks[:-1]] + chunks[-1:]
+    return [_code(c) for c in chunks]
+
+
+def _code(text: str) -> str:
+    return f"```\n{_escape(text)}\n```"
+
+
+def _quote(text: str) -> str:
+    return "\n".join(f">{_escape(line)}" for line in (text.strip() or "(no question)").splitlines())
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,342 @@
+"""What PolicyPal does with a Teams activity, over protocol JSON and the service API; no SDK in here.
+
+``adapters/teams.py`` owns the Bot Framework SDK: it authenticates requests, hands activities to
+``TeamsBot`` as plain JSON and gives it a ``Connector`` to send, update and look up members with.
+
+Every turn is acknowledged at once and the work continues in a background task:
+
+* **Messages**: 201 straight away (Bot Framework redelivers an activity it waited 15 s for); a task
+  shows typing, runs ``handle_message`` and posts the reply as a proactive message to the stored
+  conversation reference. The reference, not the turn context, because the turn has ended by then,
+  and because the same reference (kept with a pending action) still works after a restart.
+* **Card clicks** (``adaptiveCard/action``): the decision itself is quick, but ``service.decide`` also
+  runs the ticket and then the model. So the click starts ``decide`` in a task and answers the invoke
+  as soon as the stored action shows its outcome (ticket id, cancelled, expired...) or after
+  ``invoke_wait`` seconds, whichever comes first; the continued run's reply follows in the thread.
+  The clicked card is replaced for the clicker by the invoke answer and for everyone by an update of
+  the posted card.
+
+Who is asking: the AAD object id and name come with the activity; email (for group mappings and
+tickets) and the guest role come from the conversation roster, fetched once per user and cached. If
+the roster cannot be read, the user is treated as a guest for that turn: no write tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from adapters import teams_cards as cards
+from adapters.teams_activity import (
+    THREAD_MARKER,
+    Activity,
+    addressed_to_bot,
+    conversation_key,
+    deep_link,
+    reference_of,
+    tenant_allowed,
+    tenant_of,
+    to_inbound,
+    user_of,
+)
+from bot.identity import GroupMap
+from bot.pending import PendingRecord
+from bot.service import DecisionReply, PolicyPal, Reply
+from bot.types import Pending, UserRef
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+FINAL_STATES = frozenset({"done", "failed", "cancelled", "expired", "unknown"})
+FEEDBACK_VALUES = ("helpful", "not_helpful")
+NO_LONGER = "This button is no longer available."
+REFUSALS = frozenset({"not_found", "not_requester", "hash_mismatch", "expired"})
+
+
+class Connector(Protocol):
+    """The outbound half of the Bot Framework protocol, addressed by a stored conversation reference."""
+
+    async def send(self, reference: Json, activity: Json) -> str:
+        """Post ``activity`` to the reference's conversation; returns the new activity id."""
+        ...
+
+    async def update(self, reference: Json, activity_id: str, activity: Json) -> None: ...
+
+    async def member(self, reference: Json, user_id: str) -> Json | None:
+        """The roster entry (email, userPrincipalName, userRole) of a conversation member."""
+        ...
+
+
+@dataclass(frozen=True)
+class TeamsOptions:
+    """How the bot behaves; built once from Settings."""
+
+    allowed_tenants: frozenset[str] = frozenset()
+    groups: GroupMap = field(default_factory=GroupMap)
+    invoke_wait_s: float = 2.0  # Teams shows "Unable to reach app" after about 5 s
+    poll_s: float = 0.05
+    typing_every_s: float = 3.0  # a typing indicator lasts a few seconds
+    profile_ttl_s: float = 600.0
+    drain_s: float = 10.0
+
+
+@dataclass
+class Click:
+    """One Confirm / Cancel click as the invoke carried it."""
+
+    verb: str
+    pending_id: str
+    args_hash: str
+    user: UserRef
+    reference: Json
+    published: bool = False  # the decided card already replaced the posted one
+
+
+class TeamsBot:
+    """Maps Teams activities to service calls and outcomes back to messages and cards."""
+
+    def __init__(self, service: PolicyPal, connector: Connector, options: TeamsOptions | None = None) -> None:
+        self.service = service
+        self.connector = connector
+        self.options = options or TeamsOptions()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._profiles: dict[tuple[str, str], tuple[float, Json]] = {}
+
+    # --- messages -------------------------------------------------------------------------------
+
+    def on_message(self, activity: Activity) -> None:
+        """Accept a message: questions run in the background; everything else is ignored."""
+        if not addressed_to_bot(activity):
+            return
+        reference = reference_of(activity)
+        if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
+            log.info("teams: tenant %r is not allowed; refusing politely", tenant_of(activity))
+            self._spawn(self._send_safely(reference, cards.message(cards.REFUSAL_TEXT)))
+            return
+        self._spawn(self._answer(activity, reference))
+
+    async def _answer(self, activity: Activity, reference: Json) -> None:
+        typing = self._spawn(self._keep_typing(reference))
+        try:
+            user = await self._user(activity, reference)
+            inbound = to_inbound(activity, user)
+            if not inbound.text:
+                await self._send_safely(reference, cards.message(cards.EMPTY_TEXT))
+                return
+            reply = await self.service.handle_message(inbound)
+        except Exception:
+            log.exception("teams: run for activity %s failed", activity.get("id"))
+            await self._send_safely(reference, cards.message(cards.ERROR_TEXT))
+            return
+        finally:
+            typing.cancel()
+        if reply is not None:  # None: a redelivered activity that already ran
+            await self._post_reply(reference, reply, user.name)
+
+    async def _post_reply(self, reference: Json, reply: Reply, requester_name: str) -> None:
+        """Post a run's outcome in the thread; a pending card also remembers where it was posted."""
+        activity_id = await self._send_safely(reference, cards.reply_activity(reply, requester_name))
+        if isinstance(reply.outcome, Pending) and activity_id:
+            where = {"reference": reference, "activity_id": activity_id, "requester_name": requester_name}
+            await self.service.pending.set_platform_message(reply.outcome.action.id, where)
+
+    async def _keep_typing(self, reference: Json) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.connector.send(reference, cards.typing())
+            await asyncio.sleep(self.options.typing_every_s)
+
+    # --- card clicks ----------------------------------------------------------------------------
+
+    async def on_card_action(self, activity: Activity) -> Json:
+        """Answer an ``adaptiveCard/action`` invoke quickly; returns the invoke response body."""
+        if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
+            return cards.invoke_card(cards.notice_card(cards.REFUSAL_TEXT))
+        action = (activity.get("value") or {}).get("action") or {}
+        verb, data = str(action.get("verb") or ""), action.get("data") or {}
+        user = user_of(activity, self.options.groups)
+        if verb in (cards.CONFIRM, cards.CANCEL):
+            # The full profile (email), usually cached from the question: the ticket names its requester.
+            user = await self._user(activity, reference_of(activity))
+            return await self._decide_click(activity, user, verb, data)
+        if verb == cards.FEEDBACK:
+            return await self._feedback(user, data)
+        if verb == cards.HANDOFF:
+            return self._handoff(activity, data)
+        return cards.invoke_card(cards.notice_card(NO_LONGER))
+
+    async def _decide_click(self, activity: Activity, user: UserRef, verb: str, data: Json) -> Json:
+        pending_id, args_hash = data.get("pending_id"), data.get("args_hash")
+        if not isinstance(pending_id, str) or not isinstance(args_hash, str):
+            return cards.invoke_card(cards.notice_card("This request no longer exists."))
+        click = Click(verb, pending_id, args_hash, user, reference_of(activity))
+        task = self._spawn(self._decide(click))
+        record, decided = await self._settled(pending_id, task)
+        if record is not None and record.state in FINAL_STATES and not click.published:
+            click.published = True
+            self._spawn(self._publish(record, user))
+        return cards.invoke_card(self._click_card(record, decided, user))
+
+    async def _settled(
+        self, pending_id: str, task: asyncio.Task[DecisionReply | None]
+    ) -> tuple[PendingRecord | None, DecisionReply | None]:
+        """The stored action once the click's outcome shows (or the wait is up), and the decision if known."""
+        deadline = time.monotonic() + self.options.invoke_wait_s
+        while True:
+            record = await self.service.pending.get(pending_id)
+            decided = task.result() if task.done() else None  # after the read: the task may end during it
+            if record is None or record.state in FINAL_STATES or time.monotonic() >= deadline:
+                return record, decided
+            if task.done() and (decided is None or decided.status in REFUSALS):
+                return record, decided  # nothing will change: refused, or the decision failed
+            await asyncio.sleep(self.options.poll_s)
+
+    def _click_card(self, record: PendingRecord | None, decided: DecisionReply | None, user: UserRef) -> Json:
+        if record is None:
+            return cards.notice_card("This request no longer exists.")
+        action, who = record.as_action(), _requester_name(record, user)
+        line = cards.outcome_line(record.state, record.result, who, record.expires_at)
+        status = decided.status if decided else None
+        if status == "not_requester" or (status is None and user.id != record.requester):
+            return cards.decided_card(action, line, notice=f"Only {who} can confirm or cancel this request.")
+        if status == "hash_mismatch" and decided is not None:
+            return cards.decided_card(action, line, notice=decided.decision.message)
+        if record.state == "open":  # the wait ran out before the decision was stored
+            line = "Working on it…"
+        return cards.decided_card(action, line)
+
+    async def _decide(self, click: Click) -> DecisionReply | None:
+        """Apply the click; the winner replaces the posted card and posts the continued run's reply."""
+        try:
+            decided = await self.service.decide(click.pending_id, click.user, click.verb, click.args_hash)  # type: ignore[arg-type]
+            if decided.status in ("confirmed", "cancelled"):
+                await self._follow_up(click, decided)
+        except Exception:
+            log.exception("teams: deciding %s failed", click.pending_id)
+            return None
+        return decided
+
+    async def _follow_up(self, click: Click, decided: DecisionReply) -> None:
+        record = await self.service.pending.get(click.pending_id)
+        if record is None:
+            return
+        if not click.published:
+            click.published = True
+            await self._publish(record, click.user)
+        reference = (record.platform_message or {}).get("reference") or click.reference
+        if decided.reply is not None:
+            await self._post_reply(reference, decided.reply, click.user.name)
+
+    async def _publish(self, record: PendingRecord, user: UserRef) -> None:
+        """Replace the posted card for everyone with the decided one."""
+        where = record.platform_message or {}
+        if not where.get("activity_id") or not where.get("reference"):
+            log.warning("teams: pending %s has no posted card to update", record.id)
+            return
+        line = cards.outcome_line(record.state, record.result, _requester_name(record, user), record.expires_at)
+        activity = cards.message(None, cards.decided_card(record.as_action(), line))
+        try:
+            await self.connector.update(where["reference"], where["activity_id"], activity)
+        except Exception:
+            log.exception("teams: updating the card of %s failed", record.id)
+
+    # --- feedback and handoff -------------------------------------------------------------------
+
+    async def _feedback(self, user: UserRef, data: Json) -> Json:
+        run_id, value = data.get("run_id"), data.get("value")
+        if not isinstance(run_id, str) or value not in FEEDBACK_VALUES:
+            return cards.invoke_card(cards.notice_card(NO_LONGER))
+        stored = await self.service.feedback(run_id, value, user.id)
+        note = "Thanks for the feedback." if stored else "That answer is no longer on record."
+        return cards.invoke_card(cards.feedback_card(run_id, note))
+
+    def _handoff(self, activity: Activity, data: Json) -> Json:
+        run_id = str(data.get("run_id") or "")
+        self._spawn(self._hand_off(activity, run_id))
+        return cards.invoke_card(cards.notice_card(cards.HANDOFF_STARTED))
+
+    async def _hand_off(self, activity: Activity, run_id: str) -> None:
+        reference = reference_of(activity)
+        try:
+            user = await self._user(activity, reference)
+            text = await self._request_handoff(activity, user, run_id)
+        except Exception:
+            log.exception("teams: handoff for %s failed", run_id)
+            text = f"I couldn't reach the helpdesk just now. Please contact them and mention reference `{run_id}`."
+        await self._send_safely(reference, cards.message(text))
+
+    async def _request_handoff(self, activity: Activity, user: UserRef, run_id: str) -> str:
+        request = getattr(self.service, "request_handoff", None)
+        if request is None:  # the helpdesk handoff is not wired into the service yet
+            return f"Please contact the helpdesk and mention reference `{run_id}`."
+        card_message = {**activity, "id": activity.get("replyToId") or activity.get("id")}
+        case = await request(conversation_key(activity, user), user, link=deep_link(card_message))
+        text, case_id = str(getattr(case, "message", "") or ""), str(getattr(case, "case_id", ""))
+        if case_id and case_id not in text:
+            text = f"{text} (case **{case_id}**)".strip()
+        return text or f"I've passed this to the helpdesk: case **{case_id}**."
+
+    # --- identity -------------------------------------------------------------------------------
+
+    async def _user(self, activity: Activity, reference: Json) -> UserRef:
+        """Who sent the activity, with email and guest role from the roster (cached for a while)."""
+        sender_id = str((activity.get("from") or {}).get("id") or "")
+        if activity.get("channelId") != "msteams":
+            return user_of(activity, self.options.groups)  # the Emulator has no Teams roster or guests
+        key = (tenant_of(activity), sender_id)
+        cached = self._profiles.get(key)
+        if cached and cached[0] > time.monotonic():
+            return user_of(activity, self.options.groups, cached[1])
+        member = await self._member(reference, sender_id)
+        user = user_of(activity, self.options.groups, member)
+        if member is None:
+            # Without the roster we cannot tell a guest from a member: no write tools this time.
+            return replace(user, is_guest=True)
+        self._profiles[key] = (time.monotonic() + self.options.profile_ttl_s, member)
+        return user
+
+    async def _member(self, reference: Json, user_id: str) -> Json | None:
+        conversation = dict(reference.get("conversation") or {})
+        conversation["id"] = str(conversation.get("id", "")).partition(THREAD_MARKER)[0]
+        try:
+            return await self.connector.member({**reference, "conversation": conversation}, user_id)
+        except Exception as exc:
+            log.warning("teams: roster lookup for %s failed (%s); treating the user as a guest", user_id, exc)
+            return None
+
+    # --- background work ------------------------------------------------------------------------
+
+    async def _send_safely(self, reference: Json, activity: Json) -> str | None:
+        try:
+            return await self.connector.send(reference, activity)
+        except Exception:
+            log.exception("teams: sending to %s failed", (reference.get("conversation") or {}).get("id"))
+            return None
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)  # a task nobody references can be garbage-collected mid-run
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def drain(self) -> None:
+        """Let running work finish (up to ``drain_s``), then cancel what is left: for shutdown."""
+        pending = [task for task in self._tasks if not task.done()]
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=self.options.drain_s)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+
+
+def _requester_name(record: PendingRecord, user: UserRef) -> str:
+    stored = (record.platform_message or {}).get("requester_name")
+    if stored:
+        return str(stored)
+    return user.name if user.id == record.requester and user.name else record.requester

@@ -1,0 +1,231 @@
+"""What PolicyPal sends to Teams, as plain protocol JSON: message activities and Adaptive Cards.
+
+Pure functions: nothing here talks to the network or imports an SDK, so the JSON tests read is the
+JSON Teams receives, and moving off botbuilder leaves this module untouched.
+
+Cards are version 1.5, the highest Teams renders on desktop, web and mobile, and the first with
+Universal Actions: every button is an ``Action.Execute`` whose ``verb`` says what it does and whose
+``data`` carries ids only (a pending card carries the pending id and the argument hash, never the
+arguments, so a click can only confirm the call that was stored).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from bot.service import Reply
+from bot.types import Answer, Citation, GaveUp, Pending, PendingAction
+
+Json = dict[str, Any]
+
+CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
+CARD_VERSION = "1.5"
+CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
+
+CONFIRM, CANCEL, FEEDBACK, HANDOFF = "confirm", "cancel", "feedback", "handoff"
+FACT_FIELDS = (("category", "Category"), ("summary", "Summary"), ("urgency", "Urgency"), ("details", "Details"))
+
+REFUSAL_TEXT = "Sorry, PolicyPal isn't available for your organization. Please ask your IT team."
+ERROR_TEXT = "Sorry, something went wrong on my side, so I couldn't answer. Please try again in a moment."
+EMPTY_TEXT = "Ask me about a company policy, for example: *How many vacation days do I have?*"
+HANDOFF_STARTED = "Passing this conversation to the helpdesk…"
+
+
+# --- building blocks ------------------------------------------------------------------------------
+
+
+def card(body: list[Json], actions: list[Json] | None = None) -> Json:
+    """An Adaptive Card 1.5 (full width in Teams, so fact values are not squeezed)."""
+    content: Json = {"type": "AdaptiveCard", "$schema": CARD_SCHEMA, "version": CARD_VERSION, "body": body}
+    if actions:
+        content["actions"] = actions
+    content["msteams"] = {"width": "Full"}
+    return content
+
+
+def text_block(text: str, **style: Any) -> Json:
+    return {"type": "TextBlock", "text": text, "wrap": True, **style}
+
+
+def execute(title: str, verb: str, data: Json, style: str | None = None) -> Json:
+    """A Universal Action button: Teams sends it back as an ``adaptiveCard/action`` invoke."""
+    action: Json = {"type": "Action.Execute", "title": title, "verb": verb, "data": data}
+    if style:
+        action["style"] = style
+    return action
+
+
+def message(text: str | None = None, *cards: Json) -> Json:
+    """A message activity: Markdown text and any cards as attachments."""
+    activity: Json = {"type": "message"}
+    if text:
+        activity.update(text=text, textFormat="markdown")
+    if cards:
+        activity["attachments"] = [{"contentType": CARD_CONTENT_TYPE, "content": c} for c in cards]
+    return activity
+
+
+def typing() -> Json:
+    return {"type": "typing"}
+
+
+def invoke_card(content: Json) -> Json:
+    """The body of an ``adaptiveCard/action`` answer that replaces the clicked card."""
+    return {"statusCode": 200, "type": CARD_CONTENT_TYPE, "value": content}
+
+
+# --- replies ------------------------------------------------------------------------------------
+
+
+def reply_activity(reply: Reply, requester_name: str = "") -> Json:
+    """The message for one run's outcome: an answer, a card to confirm, or an honest give-up."""
+    outcome = reply.outcome
+    if isinstance(outcome, Answer) and is_case_id(reply.run_id):
+        return message(outcome.text)  # "I want a human": the case is open, nothing to rate
+    if isinstance(outcome, Answer):
+        return message(answer_markdown(outcome), feedback_card(reply.run_id))
+    if isinstance(outcome, Pending):
+        return message(None, pending_card(outcome.action, requester_name))
+    return gave_up_activity(reply.run_id, outcome)
+
+
+def is_case_id(run_id: str) -> bool:
+    """True when a reply came from opening a helpdesk case rather than from a run."""
+    try:
+        from bot.handoff import case_number
+    except ImportError:  # a core without the helpdesk
+        return False
+    return case_number(run_id) is not None
+
+
+def answer_markdown(answer: Answer) -> str:
+    """The answer in the Markdown Teams renders, with cited policies as links where they have a URL."""
+    if not answer.citations:
+        return answer.text
+    sources = "\n".join(f"- {citation_markdown(c)}" for c in answer.citations)
+    return f"{answer.text}\n\n**Sources**\n\n{sources}"
+
+
+def citation_markdown(citation: Citation) -> str:
+    """``[Title › Heading](url)``; a source that is a file path is shown beside the label instead."""
+    label = " › ".join(part for part in (citation.title, citation.heading) if part)
+    if citation.source.startswith(("https://", "http://")):
+        return f"[{label}]({citation.source})"
+    return f"{label} ({citation.source})" if citation.source else label
+
+
+def gave_up_activity(run_id: str, outcome: GaveUp) -> Json:
+    reference = f"Reference: `{run_id}`"
+    if outcome.case_id:
+        return message(f"{outcome.text}\n\n{reference} · helpdesk case **{outcome.case_id}**")
+    return message(f"{outcome.text}\n\n{reference}", handoff_card(run_id))
+
+
+def feedback_card(run_id: str, note: str | None = None) -> Json:
+    """Helpful / Not helpful (stored with the run's trace) and "Still need help?"; after a vote, the note."""
+    if note:
+        return card([text_block(note, isSubtle=True)], [_handoff_button(run_id)])
+    buttons = [
+        execute("👍 Helpful", FEEDBACK, {"run_id": run_id, "value": "helpful"}),
+        execute("👎 Not helpful", FEEDBACK, {"run_id": run_id, "value": "not_helpful"}),
+        _handoff_button(run_id),
+    ]
+    return card([text_block("Was this helpful?", isSubtle=True, size="Small")], buttons)
+
+
+def handoff_card(run_id: str) -> Json:
+    return card(
+        [text_block("A person from the helpdesk can take it from here.", isSubtle=True)], [_handoff_button(run_id)]
+    )
+
+
+def notice_card(text: str) -> Json:
+    return card([text_block(text)])
+
+
+def _handoff_button(run_id: str) -> Json:
+    return execute("Still need help?", HANDOFF, {"run_id": run_id})
+
+
+# --- the ticket card ----------------------------------------------------------------------------
+
+
+def pending_card(action: PendingAction, requester_name: str = "") -> Json:
+    """The open card: the model's text, the exact frozen arguments, and Confirm / Cancel."""
+    data = {"pending_id": action.id, "args_hash": action.args_hash}
+    body = _pending_body(action)
+    who = requester_name or action.requester
+    body.append(text_block(f"Only {who} can confirm · expires {_when(action.expires_at)}", isSubtle=True, size="Small"))
+    buttons = [execute("Confirm", CONFIRM, data, style="positive"), execute("Cancel", CANCEL, data)]
+    return card(body, buttons)
+
+
+def decided_card(action: PendingAction, line: str, notice: str | None = None) -> Json:
+    """The card after a click: same facts, no buttons, and what happened (or why nothing did)."""
+    body = _pending_body(action)
+    if notice:
+        body.append(text_block(notice, weight="Bolder", color="Warning"))
+    body.append(text_block(line, weight="Bolder"))
+    return card(body)
+
+
+def outcome_line(state: str, result: Json | None, who: str, expires_at: datetime) -> str:
+    """One sentence for a pending action's state: who decided and the ticket id, or why not."""
+    result = result or {}
+    lines = {
+        "open": f"Waiting for {who} to confirm.",
+        "executing": f"Confirmed by {who}. Creating the ticket…",
+        "done": f"✅ Confirmed by {who}. Ticket **{result.get('ticket_id', '?')}** created.",
+        "failed": f"Confirmed by {who}, but the ticket could not be created: {result.get('error', 'unknown error')}."
+        + (f" Helpdesk case **{result['case_id']}** is open." if result.get("case_id") else ""),
+        "unknown": f"Confirmed by {who}, but the outcome is unknown; IT will check whether the ticket exists.",
+        "cancelled": f"Cancelled by {who}. No ticket was raised.",
+        "expired": f"This request expired at {_when(expires_at)}. Ask again if you still need it.",
+    }
+    return lines.get(state, f"State: {state}.")
+
+
+def _pending_body(action: PendingAction) -> list[Json]:
+    facts = [
+        {"title": title, "value": str(action.arguments[name])}
+        for name, title in FACT_FIELDS
+        if action.arguments.get(name) not in (None, "")
+    ]
+    body = [text_block("Create an IT ticket?", weight="Bolder", size="Medium")]
+    if action.text:
+        body.append(text_block(action.text))
+    body.append({"type": "FactSet", "facts": facts})
+    return body
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+# --- the helpdesk summary -----------------------------------------------------------------------
+
+
+def handoff_summary_card(
+    *, case_id: str, user: str, question: str, reason: str, link: str | None, platform: str = ""
+) -> Json:
+    """What the helpdesk channel sees for a new case: who, the question in one line, why, and a way back."""
+    facts = [
+        {"title": "Case", "value": case_id},
+        {"title": "User", "value": user or "unknown"},
+        {"title": "Reason", "value": reason or "requested by the user"},
+    ]
+    if platform:
+        facts.append({"title": "From", "value": platform})
+    body = [
+        text_block("New helpdesk case from PolicyPal", weight="Bolder", size="Medium"),
+        text_block(_one_line(question) or "(no question text)"),
+        {"type": "FactSet", "facts": facts},
+    ]
+    actions = [{"type": "Action.OpenUrl", "title": "Open the conversation", "url": link}] if link else None
+    return card(body, actions)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

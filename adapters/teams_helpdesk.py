@@ -1,0 +1,92 @@
+"""A helpdesk destination that posts each handoff case to a Teams channel as an Adaptive Card.
+
+The bot posts proactively through the Bot Framework connector, with the same credentials as the
+adapter, to ``POLICYPAL_HELPDESK_TEAMS_SERVICE_URL`` + ``POLICYPAL_HELPDESK_TEAMS_CONVERSATION_ID``
+(the channel's conversation id, which the bot must be installed in). A failed post raises, so the
+handoff can record the failure and try elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters import teams_cards as cards
+from bot.config import ConfigError, Settings
+
+CHANNEL_ID = "msteams"
+
+
+def teams_destination(settings: Settings) -> TeamsChannelDestination:
+    """The destination ``adapters.helpdesk_destinations`` builds from settings."""
+    return TeamsChannelDestination(settings)
+
+
+class TeamsChannelDestination:
+    """Delivers a handoff case to one Teams channel; ``deliver`` returns the posted message id."""
+
+    name = "teams"
+
+    def __init__(self, settings: Settings, connector: Any = None) -> None:
+        if not settings.helpdesk_teams_service_url or not settings.helpdesk_teams_conversation_id:
+            raise ConfigError(
+                "Teams helpdesk: set POLICYPAL_HELPDESK_TEAMS_SERVICE_URL and POLICYPAL_HELPDESK_TEAMS_CONVERSATION_ID."
+            )
+        if connector is None:
+            from adapters.teams import connector_for
+
+            connector = connector_for(settings)
+        self._connector = connector
+        self._reference = {
+            "channelId": CHANNEL_ID,
+            "serviceUrl": settings.helpdesk_teams_service_url,
+            "conversation": {"id": settings.helpdesk_teams_conversation_id, "isGroup": True},
+            "bot": {"id": settings.microsoft_app_id or "policypal"},
+        }
+
+    async def deliver(self, case: Any) -> str | None:
+        """Post the case summary; raises when the connector refuses it."""
+        activity = cards.message(summary_text(case), summary_card(case))
+        posted = await self._connector.send(self._reference, activity)
+        return posted or None
+
+
+def summary_card(case: Any) -> dict[str, Any]:
+    """The card for a case, reading its fields defensively (the case type is still settling)."""
+    user = getattr(case, "user", None)
+    return cards.handoff_summary_card(
+        case_id=str(getattr(case, "case_id", "")),
+        user=_user_label(user),
+        question=_question(case),
+        reason=_reason(case),
+        link=getattr(case, "link", None),
+        platform=str(getattr(case, "platform", "") or ""),
+    )
+
+
+def summary_text(case: Any) -> str:
+    """A one-line fallback (notifications and clients that do not render cards)."""
+    return f"New helpdesk case {getattr(case, 'case_id', '')} from {_user_label(getattr(case, 'user', None))}"
+
+
+def _question(case: Any) -> str:
+    line = getattr(case, "question_line", None)
+    if callable(line):
+        return str(line())
+    return str(getattr(case, "question", "") or "")
+
+
+def _reason(case: Any) -> str:
+    reason = str(getattr(case, "reason", "") or "")
+    try:
+        from bot.handoff_markdown import reason_label
+    except ImportError:  # an older core without labels: the raw reason still says it
+        return reason
+    return str(reason_label(reason)) if reason else ""
+
+
+def _user_label(user: Any) -> str:
+    if user is None:
+        return "unknown"
+    name, email, user_id = (getattr(user, key, None) for key in ("name", "email", "id"))
+    label = name or user_id or "unknown"
+    return f"{label} ({email})" if email else str(label)

@@ -1,0 +1,245 @@
+"""Slack ack latency under a burst: N signed events sent at once to a running server.
+
+The server runs in its own process (the app from ``build_app``, the real service on SQLite, the
+real slack_sdk client); this process plays Slack (signed requests out, a fake Web API in) and the
+model (a scripted OpenAI-compatible server answering every run after ``--latency`` seconds). After
+the burst, every event is delivered again with ``X-Slack-Retry-Num: 1`` (``--redeliver``), which
+must start no run. Prints ack latency p50/p99/max, runs started, replies posted, and the server's
+peak memory (VmHWM).
+
+    python benchmarks/slack_ack.py [--events 200] [--latency 1.0] [--redeliver 200] [--cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp
+
+from tests.fakes.openai_server import FakeOpenAI, delay, text
+from tests.fakes.slack_api import FakeSlackAPI, dm_event, event_envelope, signed_headers
+
+SECRET = "benchmark-signing-secret"
+USERS = 20
+TARGET_P99_MS = 100.0
+
+
+# --- the server process -----------------------------------------------------------------------------
+
+
+class NoSearch:
+    """The scripted model answers without searching; the index is not what is measured."""
+
+    async def asearch(self, query: str, k: int = 5, filter: Any = None) -> list[Any]:
+        return []
+
+
+def serve(port: int) -> None:
+    """The server under test: settings from the environment, as ``policypal serve`` reads them."""
+    from aiohttp import web
+
+    from adapters.server import build_app
+    from bot.config import load_settings
+    from bot.wiring import open_service
+
+    async def make_app() -> web.Application:
+        settings = load_settings()
+        service = await open_service(settings, searcher=NoSearch())
+        app = build_app(settings, service)
+
+        async def close_service(_: web.Application) -> None:
+            await service.close()
+
+        app.on_cleanup.append(close_service)
+        return app
+
+    web.run_app(make_app(), host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+# --- Slack's side -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(port: int, data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI) -> subprocess.Popen[bytes]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "POLICYPAL_"))},
+        "OPENAI_API_KEY": "sk-benchmark-000000",
+        "OPENAI_BASE_URL": model.base_url,
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": slack.base_url,
+        "POLICYPAL_DATA_DIR": str(data_dir),
+        "HF_HUB_OFFLINE": "1",
+    }
+    command = [sys.executable, __file__, "--serve", str(port)]
+    return subprocess.Popen(command, env=env, cwd=data_dir)
+
+
+async def wait_healthy(session: aiohttp.ClientSession, url: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"server exited with {server.returncode}")
+        try:
+            async with session.get(url + "/healthz") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise SystemExit("server did not become healthy within 60 s")
+
+
+def signed(envelope: dict[str, Any], retry: int | None) -> tuple[bytes, dict[str, str]]:
+    """Body and headers, built before the clock starts: signing is Slack's work, not the server's."""
+    body = json.dumps(envelope)
+    return body.encode(), signed_headers(SECRET, body, retry_num=retry)
+
+
+async def post_event(session: aiohttp.ClientSession, url: str, request: tuple[bytes, dict[str, str]]) -> float:
+    """One delivery; the seconds until Slack would have its ack."""
+    body, headers = request
+    started = time.perf_counter()
+    async with session.post(url + "/slack/events", data=body, headers=headers) as response:
+        await response.read()
+        if response.status != 200:
+            raise RuntimeError(f"ack {response.status}")
+    return time.perf_counter() - started
+
+
+def envelopes(count: int) -> list[dict[str, Any]]:
+    events = []
+    for n in range(count):
+        user = f"U{n % USERS:04d}"
+        events.append(event_envelope(dm_event(user, f"Question {n}: can I work from abroad?", channel=f"D{user[1:]}")))
+    return events
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def runs_in_database(data_dir: Path) -> int:
+    with sqlite3.connect(data_dir / "policypal.db") as db:
+        return int(db.execute("select count(*) from runs").fetchone()[0])
+
+
+async def touch(session: aiohttp.ClientSession, url: str) -> None:
+    async with session.get(url + "/healthz") as response:
+        await response.read()
+
+
+async def burst(url: str, events: list[dict[str, Any]], retry: int | None, *, warm: bool) -> list[float]:
+    """Every event at once, as a burst from Slack would arrive; on kept-alive connections when ``warm``."""
+    requests = [signed(e, retry) for e in events]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        if warm:  # open the connections first, so connection setup is not counted as ack time
+            await asyncio.gather(*(touch(session, url) for _ in events))
+        return list(await asyncio.gather(*(post_event(session, url, r) for r in requests)))
+
+
+async def wait_replies(slack: FakeSlackAPI, count: int, timeout_s: float) -> None:
+    with contextlib.suppress(AssertionError):  # too few replies: the report shows how many
+        await slack.wait_for("chat.postMessage", count, timeout=timeout_s)
+
+
+async def run(args: argparse.Namespace) -> int:
+    model = FakeOpenAI.start_in_thread()
+    model.script(*(delay(args.latency, text("Yes, for up to four weeks a year.")) for _ in range(args.events)))
+    slack = FakeSlackAPI.start_in_thread()
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir, port = Path(tmp), free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = start_server(port, data_dir, model, slack)
+        try:
+            async with aiohttp.ClientSession() as session:
+                await wait_healthy(session, url, server)
+                await post_event(session, url, signed({"type": "url_verification", "challenge": "warm"}, None))
+            events = envelopes(args.events)
+            started = time.monotonic()
+            acks = await burst(url, events, None, warm=not args.cold)
+            redelivered = await burst(url, events[: args.redeliver], 1, warm=not args.cold) if args.redeliver else []
+            await wait_replies(slack, args.events, timeout_s=60 + args.latency * 2)
+            done_s = time.monotonic() - started
+            await asyncio.sleep(0.5)  # a redelivery that wrongly started a run would reply by now
+            report(args, acks, redelivered, model, slack, peak_rss_mb(server.pid), done_s)
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.wait(timeout=60)
+            runs = runs_in_database(data_dir)
+            print(f"runs in the database:    {runs}")
+            model.stop()
+            slack.stop()
+    ok = runs == args.events and len(slack.calls_to("chat.postMessage")) == args.events
+    return 0 if ok and percentile(acks, 0.99) * 1000 < TARGET_P99_MS else 1
+
+
+def report(
+    args: argparse.Namespace,
+    acks: list[float],
+    redelivered: list[float],
+    model: FakeOpenAI,
+    slack: FakeSlackAPI,
+    peak_mb: float,
+    total_s: float,
+) -> None:
+    ms = [a * 1000 for a in acks]
+    connections = "new connections" if args.cold else "connections opened beforehand"
+    print(f"events sent at once:     {args.events} on {connections} (+{len(redelivered)} redeliveries, Retry-Num 1)")
+    p50, p99, mean = percentile(ms, 0.5), percentile(ms, 0.99), statistics.fmean(ms)
+    print(f"ack latency:             p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(ms):.1f} ms, mean {mean:.1f} ms")
+    print(f"                         (target: p99 under {TARGET_P99_MS:.0f} ms)")
+    if redelivered:
+        rms = [a * 1000 for a in redelivered]
+        print(f"redelivery ack latency:  p50 {percentile(rms, 0.5):.1f} ms, p99 {percentile(rms, 0.99):.1f} ms")
+    print(f"runs started:            {len(model.requests)} (model requests; scripted latency {args.latency:.1f} s)")
+    print(f"replies posted:          {len(slack.calls_to('chat.postMessage'))}")
+    print(f"all replies in:          {total_s:.1f} s after the first event")
+    print(f"server peak memory:      {peak_mb:.0f} MB (VmHWM)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--latency", type=float, default=1.0, help="scripted model latency per run, seconds")
+    parser.add_argument("--redeliver", type=int, default=200, help="events delivered a second time as retries")
+    parser.add_argument("--cold", action="store_true", help="count TCP connection setup in the ack time")
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return 0
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Platform-neutral handoff destinations: a signed JSON webhook and email over SMTP.
+
+Slack and Teams destinations live with their adapters (``adapters/slack_helpdesk.py``,
+``adapters/teams_helpdesk.py``); ``adapters/helpdesk_destinations.py`` assembles all of them from
+settings. A destination makes one attempt and raises on failure: retries belong to the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import smtplib
+import ssl
+from collections.abc import Sequence
+from email.message import EmailMessage
+from email.utils import formatdate
+
+from bot.handoff import HandoffCase, reason_label
+from bot.http_json import HttpPolicy, JsonHttp, json_bytes, signed_headers
+from bot.ticket_backends import webhook_error
+
+SMTPS_PORT = 465
+
+
+class WebhookDestination:
+    """POSTs ``{"type": "policypal.handoff", "case": ..., "markdown": ...}``, HMAC-signed."""
+
+    name = "webhook"
+
+    def __init__(self, url: str, secret: str | None = None, *, timeout_s: float = 20.0) -> None:
+        self._url = url
+        self._secret = secret
+        self._http = JsonHttp("the helpdesk webhook", HttpPolicy(timeout_s=timeout_s, attempts=1))
+
+    async def deliver(self, case: HandoffCase) -> str | None:
+        raw = json_bytes({"type": "policypal.handoff", "case": case.to_json(), "markdown": case.to_markdown()})
+        headers = {"Idempotency-Key": case.case_id, **signed_headers(self._secret, raw)}
+        response = await self._http.send("POST", self._url, data=raw, headers=headers, error_text=webhook_error)
+        body = response.body
+        return str(body["id"]) if isinstance(body, dict) and body.get("id") else f"HTTP {response.status}"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class EmailDestination:
+    """One email per case: the summary and Markdown transcript in the body, the JSON attached."""
+
+    name = "email"
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        sender: str,
+        recipients: Sequence[str],
+        user: str | None = None,
+        password: str | None = None,
+        starttls: bool = True,
+        timeout_s: float = 20.0,
+    ) -> None:
+        self._host, self._port = host, port
+        self._sender, self._recipients = sender, list(recipients)
+        self._user, self._password = user, password
+        self._starttls = starttls
+        self._timeout = timeout_s
+
+    async def deliver(self, case: HandoffCase) -> str | None:
+        message = self.message(case)
+        await asyncio.to_thread(self._send, message)
+        return str(message["Message-ID"])
+
+    def message(self, case: HandoffCase) -> EmailMessage:
+        """The email for a case; its Message-ID is stable, so a re-delivery can be recognised."""
+        message = EmailMessage()
+        message["Subject"] = f"[PolicyPal] {case.case_id}: {reason_label(case.reason)} · {case.question_line(80)}"
+        message["From"] = self._sender
+        message["To"] = ", ".join(self._recipients)
+        message["Date"] = formatdate(case.created_at.timestamp(), usegmt=True)
+        message["Message-ID"] = f"<{case.case_id.lower()}.{int(case.created_at.timestamp())}@policypal>"
+        if case.user.email:
+            message["Reply-To"] = case.user.email  # the helpdesk answers the person who asked
+        message.set_content(f"{case.summary_line()}\n\n{case.to_markdown()}")
+        transcript = json.dumps(case.to_json(), indent=2, ensure_ascii=False)
+        message.add_attachment(transcript, subtype="json", filename=f"{case.case_id}.json")
+        return message
+
+    def _send(self, message: EmailMessage) -> None:
+        context = ssl.create_default_context()
+        if self._port == SMTPS_PORT:
+            client: smtplib.SMTP = smtplib.SMTP_SSL(self._host, self._port, timeout=self._timeout, context=context)
+        else:
+            client = smtplib.SMTP(self._host, self._port, timeout=self._timeout)
+        with client:
+            if self._starttls and self._port != SMTPS_PORT:
+                client.starttls(context=context)
+            if self._user:
+                client.login(self._user, self._password or "")
+            client.send_message(message)

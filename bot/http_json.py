@@ -1,0 +1,219 @@
+"""JSON over HTTP for ticket backends and helpdesk webhooks: timeouts, retries, HMAC signatures, and
+errors worded so the model (and a person) can explain them.
+
+Exceptions::
+
+    RemoteError              a remote API call failed; ``kind`` says how, ``retryable`` whether to try again
+      kind="auth"            401/403: credentials wrong or not allowed
+      kind="validation"      other 4xx: the API rejected what we sent (its own message is quoted)
+      kind="rate_limited"    429                                  (retryable)
+      kind="unavailable"     5xx, or the host could not be reached (retryable)
+      kind="timeout"         no answer within the timeout         (retryable)
+      kind="protocol"        a 2xx whose body is not what the API documents
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-PolicyPal-Signature"
+TIMESTAMP_HEADER = "X-PolicyPal-Timestamp"
+MAX_RETRY_AFTER_S = 5.0  # honour Retry-After only this far: a confirm click is waiting
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HttpPolicy:
+    """Per-request timeout and how many attempts a call gets (with doubling backoff between them)."""
+
+    timeout_s: float = 10.0
+    attempts: int = 3
+    backoff_s: float = 0.5
+
+
+class RemoteError(Exception):
+    """A remote API call failed; the message is safe to show to the user and the model."""
+
+    def __init__(self, message: str, *, kind: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in ("rate_limited", "unavailable", "timeout")
+
+
+@dataclass(frozen=True)
+class JsonResponse:
+    status: int
+    body: Any
+
+
+ErrorText = Callable[[Any], str | None]  # pulls the API's own error message out of an error body
+
+
+class JsonHttp:
+    """One remote service: a lazily opened aiohttp session and its wording for errors."""
+
+    def __init__(
+        self, service: str, policy: HttpPolicy | None = None, *, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.service = service
+        self.policy = policy or HttpPolicy()
+        self._headers = dict(headers or {})
+        self._session: aiohttp.ClientSession | None = None
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Any = None,
+        data: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        error_text: ErrorText | None = None,
+    ) -> JsonResponse:
+        """One attempt; a non-2xx answer or a transport failure raises RemoteError.
+
+        ``body`` is encoded as JSON; ``data`` is sent as given (JSON already encoded, e.g. to sign it).
+        """
+        if data is None and body is not None:
+            data = json_bytes(body)
+        sent = {"Accept": "application/json", **self._headers, **(headers or {})}
+        if data is not None:
+            sent.setdefault("Content-Type", "application/json")
+        try:
+            async with self._client().request(method, url, data=data, params=params, headers=sent) as response:
+                raw = await response.read()
+                return self._answer(response, raw, error_text)
+        except TimeoutError:
+            raise RemoteError(
+                f"{self.service} did not answer within {self.policy.timeout_s:g} s", kind="timeout"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise RemoteError(f"could not reach {self.service}: {exc}", kind="unavailable") from None
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.policy.timeout_s))
+        return self._session
+
+    def _answer(self, response: aiohttp.ClientResponse, raw: bytes, error_text: ErrorText | None) -> JsonResponse:
+        body = _decode(raw)
+        if response.status < 300:
+            return JsonResponse(response.status, body)
+        detail = (error_text(body) if error_text and body is not None else None) or _plain(raw)
+        raise _status_error(self.service, response.status, detail, _retry_after(response))
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    policy: HttpPolicy,
+    *,
+    recover: Callable[[], Awaitable[T | None]] | None = None,
+) -> T:
+    """Run ``attempt`` until it succeeds, a non-retryable error, or the attempts run out.
+
+    After an ambiguous failure (timeout, 5xx) the first call may have acted; before trying again,
+    ``recover`` looks for its result (a ticket with our correlation id) and returns it if found.
+    """
+    for number in range(1, policy.attempts + 1):
+        if number > 1 and recover is not None and (found := await _quietly(recover)) is not None:
+            return found
+        try:
+            return await attempt()
+        except RemoteError as exc:
+            if not exc.retryable or number == policy.attempts:
+                raise
+            pause = exc.retry_after if exc.retry_after is not None else policy.backoff_s * 2 ** (number - 1)
+            log.warning("%s; retrying in %.1f s (attempt %d of %d)", exc, pause, number + 1, policy.attempts)
+            await asyncio.sleep(min(pause, MAX_RETRY_AFTER_S))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _quietly(recover: Callable[[], Awaitable[T | None]]) -> T | None:
+    try:
+        return await recover()
+    except RemoteError as exc:  # a failed check must not hide the retry that follows
+        log.warning("idempotency check failed: %s", exc)
+        return None
+
+
+def json_bytes(body: Any) -> bytes:
+    """The exact bytes sent for a JSON body (what a signature covers)."""
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """``sha256=<hex>`` over ``timestamp.body``: receivers check it and reject old timestamps (replays)."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def signed_headers(secret: str | None, body: bytes, now: float | None = None) -> dict[str, str]:
+    """The signature headers for a body; none without a secret."""
+    if not secret:
+        return {}
+    timestamp = str(int(now if now is not None else time.time()))
+    return {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(secret, timestamp, body)}
+
+
+def verify(secret: str, timestamp: str, body: bytes, signature: str, *, tolerance_s: float = 300) -> bool:
+    """A receiver's check (documented in docs/helpdesk.md): right signature and a recent timestamp."""
+    try:
+        fresh = abs(time.time() - int(timestamp)) <= tolerance_s
+    except ValueError:
+        return False
+    return fresh and hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def _status_error(service: str, status: int, detail: str, retry_after: float | None) -> RemoteError:
+    if status in (401, 403):
+        return RemoteError(f"{service} refused our credentials ({status}): {detail}", kind="auth", status=status)
+    if status == 429:
+        return RemoteError(
+            f"{service} is rate limiting us (429)", kind="rate_limited", status=429, retry_after=retry_after
+        )
+    if status >= 500:
+        message = f"{service} had a server error ({status}): {detail}"
+        return RemoteError(message, kind="unavailable", status=status, retry_after=retry_after)
+    return RemoteError(f"{service} rejected the request ({status}): {detail}", kind="validation", status=status)
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def _plain(raw: bytes, limit: int = 300) -> str:
+    text = " ".join(raw.decode("utf-8", "replace").split())
+    return (text[:limit] + "…" if len(text) > limit else text) or "no details"
+
+
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+    try:
+        return float(response.headers["Retry-After"])
+    except (KeyError, ValueError):
+        return None

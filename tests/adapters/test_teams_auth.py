@@ -1,0 +1,86 @@
+"""Who may post to /api/messages: Bot Framework tokens with credentials, nobody without, anyone only when told."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from adapters.teams import add_teams_routes, auth_mode
+from bot.config import ConfigError
+from tests.adapters.test_teams import running_teams
+from tests.bot.helpers import settings_for
+
+CREDENTIALS = {"microsoft_app_id": "00000000-0000-0000-0000-00000000a11c", "microsoft_app_password": "not-a-secret"}
+
+
+async def harness(tmp_path, fake_openai, sample_index, monkeypatch, **overrides: Any):
+    runner = running_teams(tmp_path, fake_openai, sample_index, monkeypatch, **overrides)
+    return runner, await runner.__anext__()
+
+
+async def test_with_credentials_a_request_without_a_token_gets_401_and_starts_nothing(
+    tmp_path, fake_openai, sample_index, monkeypatch
+):
+    runner, teams = await harness(
+        tmp_path, fake_openai, sample_index, monkeypatch, teams_allow_unauthenticated=False, **CREDENTIALS
+    )
+    try:
+        for headers in (
+            None,
+            {"Authorization": ""},
+            {"Authorization": "Bearer not-a-jwt"},
+            {"Authorization": "Basic YTpi"},
+        ):
+            status, _ = await teams.post(teams.channel.personal_message("hello"), headers=headers)
+            assert status == 401
+        invoke = teams.channel.card_action("confirm", {"pending_id": "p", "args_hash": "h"}, on=_fake_card())
+        assert (await teams.post(invoke))[0] == 401
+        await asyncio.sleep(0.2)
+        assert teams.model.requests == [] and teams.channel.recorded == []
+        assert await teams.service.store.list_runs() == []
+    finally:
+        await runner.aclose()
+
+
+async def test_without_credentials_every_request_is_refused(tmp_path, fake_openai, sample_index, monkeypatch):
+    runner, teams = await harness(tmp_path, fake_openai, sample_index, monkeypatch, teams_allow_unauthenticated=False)
+    try:
+        status, _ = await teams.post(teams.channel.personal_message("hello"))
+        await asyncio.sleep(0.1)
+        assert status == 401 and teams.model.requests == [] and teams.channel.recorded == []
+    finally:
+        await runner.aclose()
+
+
+def test_unauthenticated_mode_is_logged_loudly(tmp_path, fake_openai, caplog):
+    from aiohttp import web
+
+    settings = settings_for(tmp_path, fake_openai, teams_allow_unauthenticated=True)
+    with caplog.at_level(logging.WARNING, logger="adapters.teams"):
+        add_teams_routes(web.Application(), settings)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "AUTHENTICATION IS OFF" in record.getMessage()
+
+
+def test_a_half_configured_app_is_a_config_error(tmp_path, fake_openai):
+    settings = settings_for(tmp_path, fake_openai, microsoft_app_id="some-app-id")
+    with pytest.raises(ConfigError, match="MicrosoftAppPassword"):
+        auth_mode(settings)
+
+
+def test_the_modes(tmp_path, fake_openai):
+    assert auth_mode(settings_for(tmp_path, fake_openai)) == "off"
+    assert auth_mode(settings_for(tmp_path, fake_openai, teams_allow_unauthenticated=True)) == "unauthenticated"
+    assert auth_mode(settings_for(tmp_path, fake_openai, **CREDENTIALS)) == "credentials"
+    # credentials win: setting the Emulator flag on a registered bot does not turn checks off
+    both = settings_for(tmp_path, fake_openai, teams_allow_unauthenticated=True, **CREDENTIALS)
+    assert auth_mode(both) == "credentials"
+
+
+def _fake_card() -> Any:
+    from tests.fakes.bot_connector import Recorded
+
+    return Recorded("send", "a:personal-29:alice", None, {}, {}, "out-1")

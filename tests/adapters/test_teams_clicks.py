@@ -1,0 +1,281 @@
+"""Teams card clicks end to end: the ticket card, Confirm / Cancel, and the feedback and helpdesk buttons."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest_asyncio
+from aiohttp import web
+
+from adapters.server import build_app
+from adapters.teams_cards import CARD_CONTENT_TYPE
+from bot.store import PendingRecord, utcnow
+from tests.adapters.test_teams import TICKET, Teams, running_teams
+from tests.fakes.bot_connector import ALICE, BOB, CHANNEL, Recorded
+from tests.fakes.openai_server import delay, text, tool_calls
+
+
+@pytest_asyncio.fixture
+async def teams(tmp_path, fake_openai, sample_index, monkeypatch):
+    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
+        yield harness
+
+
+def propose(arguments: dict[str, Any] = TICKET) -> Any:
+    return tool_calls(("create_it_ticket", arguments), content="I can raise a ticket for this. Please confirm.")
+
+
+async def card_in_channel(teams: Teams) -> tuple[Recorded, dict[str, Any]]:
+    """Alice asks in a channel; the bot posts the ticket card in her thread."""
+    await teams.post(teams.channel.channel_message("my VPN says NG-809, please open a ticket"))
+    posted = await teams.reply()
+    (card,) = posted.cards
+    await stored_where_posted(teams)  # a person cannot click within the milliseconds before that
+    return posted, card
+
+
+async def stored_where_posted(teams: Teams) -> PendingRecord:
+    """The open pending action once the bot has stored where its card was posted."""
+    for _ in range(100):
+        pending = await teams.service.store.find_pending("open")
+        if pending and pending[0].platform_message:
+            return pending[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError("the card's platform message was never stored")
+
+
+async def click(teams: Teams, posted: Recorded, verb: str, card: dict[str, Any], sender=ALICE) -> dict[str, Any]:
+    data = next(a["data"] for a in card["actions"] if a["verb"] == verb)
+    status, body = await teams.post(teams.channel.card_action(verb, data, on=posted, sender=sender))
+    assert status == 200, body
+    assert body["statusCode"] == 200 and body["type"] == CARD_CONTENT_TYPE
+    return body["value"]
+
+
+def card_text(card: dict[str, Any]) -> str:
+    return " ".join(block.get("text", "") for block in card["body"])
+
+
+def facts(card: dict[str, Any]) -> dict[str, str]:
+    (fact_set,) = [block for block in card["body"] if block["type"] == "FactSet"]
+    return {fact["title"]: fact["value"] for fact in fact_set["facts"]}
+
+
+# --- the card -------------------------------------------------------------------------------------
+
+
+async def test_the_ticket_card_shows_the_exact_call_and_its_buttons_carry_only_ids(teams):
+    teams.model.script(propose())
+    posted, card = await card_in_channel(teams)
+    pending = await stored_where_posted(teams)
+
+    assert card["type"] == "AdaptiveCard" and card["version"] == "1.5"
+    assert "I can raise a ticket for this. Please confirm." in card_text(card)
+    assert facts(card) == {"Category": "network_vpn", "Summary": TICKET["summary"], "Urgency": "high"}
+    confirm, cancel = card["actions"]
+    assert (confirm["type"], confirm["verb"], cancel["type"], cancel["verb"]) == (
+        "Action.Execute",
+        "confirm",
+        "Action.Execute",
+        "cancel",
+    )
+    assert confirm["data"] == cancel["data"] == {"pending_id": pending.id, "args_hash": pending.args_hash}
+    assert pending.platform_message["activity_id"] == posted.id
+    assert pending.platform_message["reference"]["conversation"]["id"] == posted.conversation_id
+
+
+# --- deciding -------------------------------------------------------------------------------------
+
+
+async def test_confirm_by_the_requester_answers_fast_replaces_the_card_and_replies_later_in_the_thread(teams):
+    teams.model.script(propose(), delay(2.0, text("Done: ticket IT-1001 is open.")))
+    posted, card = await card_in_channel(teams)
+
+    started = time.monotonic()
+    decided = await click(teams, posted, "confirm", card)
+    answered_in = time.monotonic() - started
+
+    assert answered_in < 1.5  # well before the slow model finishes
+    assert "Confirmed by Alice Example" in card_text(decided) and "IT-1001" in card_text(decided)
+    assert "actions" not in decided and facts(decided) == facts(card)
+    update = await teams.channel.wait_for(lambda r: r.kind == "update")
+    assert update.activity_id == posted.id and update.conversation_id == posted.conversation_id
+    assert update.cards == [decided]
+    final = await teams.reply(count=2)
+    assert final.text == "Done: ticket IT-1001 is open."
+    assert final.conversation_id == posted.conversation_id
+    assert posted.conversation_id.startswith(f"{CHANNEL};messageid=")
+    ticket = await teams.service.store.get_ticket(1)
+    assert {k: ticket[k] for k in TICKET} == TICKET and ticket["requester_id"] == ALICE["aadObjectId"]
+
+
+async def test_another_user_is_told_only_the_requester_can_decide_and_nothing_runs(teams):
+    teams.model.script(propose())
+    posted, card = await card_in_channel(teams)
+
+    seen_by_bob = await click(teams, posted, "confirm", card, sender=BOB)
+
+    assert "Only Alice Example can confirm or cancel this request." in card_text(seen_by_bob)
+    assert len(await teams.service.store.find_pending("open")) == 1
+    assert await teams.service.store.count_tickets() == 0
+    await asyncio.sleep(0.2)
+    assert teams.channel.updates == [] and len(teams.model.requests) == 1
+
+
+async def test_cancel_replaces_the_card_and_creates_no_ticket(teams):
+    teams.model.script(propose(), text("OK, no ticket."))
+    posted, card = await card_in_channel(teams)
+
+    decided = await click(teams, posted, "cancel", card)
+
+    assert "Cancelled by Alice Example" in card_text(decided)
+    update = await teams.channel.wait_for(lambda r: r.kind == "update")
+    assert "Cancelled by Alice Example" in card_text(update.cards[0])
+    assert (await teams.reply(count=2)).text == "OK, no ticket."
+    assert await teams.service.store.count_tickets() == 0
+
+
+async def test_a_double_click_creates_one_ticket_and_both_clicks_see_it(teams):
+    teams.model.script(propose(), text("Ticket raised."))
+    posted, card = await card_in_channel(teams)
+
+    first, second = await asyncio.gather(click(teams, posted, "confirm", card), click(teams, posted, "confirm", card))
+
+    assert await teams.service.store.count_tickets() == 1
+    for seen in (first, second):
+        assert "IT-1001" in card_text(seen) and "actions" not in seen
+    await teams.reply(count=2)
+    await asyncio.sleep(0.2)
+    assert len(teams.channel.messages()) == 2  # the card and one final reply
+    teams.model.assert_script_consumed()
+
+
+async def test_a_click_on_an_expired_card_says_so_and_runs_nothing(teams):
+    teams.model.script(propose())
+    posted, card = await card_in_channel(teams)
+    (pending,) = await teams.service.store.find_pending("open")
+    await teams.service.store.update_pending(pending.id, expires_at=utcnow() - timedelta(seconds=1))
+
+    seen = await click(teams, posted, "confirm", card)
+
+    assert "This request expired at" in card_text(seen) and "actions" not in seen
+    update = await teams.channel.wait_for(lambda r: r.kind == "update")
+    assert "expired" in card_text(update.cards[0])
+    assert await teams.service.store.count_tickets() == 0
+
+
+async def test_a_click_on_an_already_decided_card_shows_the_decision(teams):
+    teams.model.script(propose(), text("Cancelled."))
+    posted, card = await card_in_channel(teams)
+    await click(teams, posted, "cancel", card)
+    await teams.reply(count=2)
+
+    later = await click(teams, posted, "confirm", card)
+
+    assert "Cancelled by Alice Example" in card_text(later)
+    assert await teams.service.store.count_tickets() == 0
+
+
+async def test_a_tampered_hash_is_refused(teams):
+    teams.model.script(propose())
+    posted, card = await card_in_channel(teams)
+    card["actions"][0]["data"]["args_hash"] = "0" * 32
+
+    seen = await click(teams, posted, "confirm", card)
+
+    assert "does not match the stored request" in card_text(seen)
+    assert await teams.service.store.count_tickets() == 0
+
+
+async def test_a_redelivered_confirm_invoke_runs_the_ticket_once(teams):
+    teams.model.script(propose(), text("Ticket raised."))
+    posted, card = await card_in_channel(teams)
+    data = card["actions"][0]["data"]
+    invoke = teams.channel.card_action("confirm", data, on=posted)
+
+    await teams.post(invoke)
+    _, again = await teams.post(invoke)
+
+    assert "IT-1001" in card_text(again["value"])
+    await teams.reply(count=2)
+    assert await teams.service.store.count_tickets() == 1
+
+
+async def test_after_a_restart_a_click_still_decides_and_replies_in_the_stored_thread(teams):
+    teams.model.script(propose(), text("Ticket raised."))
+    posted, card = await card_in_channel(teams)
+    # Another process (or this one restarted) on the same database knows nothing but what is stored.
+    runner = web.AppRunner(build_app(teams.settings, teams.service))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        invoke = teams.channel.card_action("confirm", card["actions"][0]["data"], on=posted)
+        invoke["conversation"]["id"] = CHANNEL  # even without the thread marker on the click
+        status, body = await teams.channel.post(f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages", invoke)
+        final = await teams.reply(count=2)
+    finally:
+        await runner.cleanup()
+
+    assert status == 200 and "IT-1001" in card_text(body["value"])
+    assert final.text == "Ticket raised." and final.conversation_id == posted.conversation_id
+
+
+# --- feedback and the helpdesk --------------------------------------------------------------------
+
+
+async def answered(teams: Teams) -> tuple[Recorded, dict[str, Any]]:
+    teams.model.script(text("You get 25 days."))
+    await teams.post(teams.channel.personal_message("How many vacation days?"))
+    reply = await teams.reply()
+    return reply, reply.cards[0]
+
+
+async def test_feedback_is_stored_with_the_run(teams):
+    reply, card = await answered(teams)
+
+    seen = await click(teams, reply, "feedback", {"actions": [card["actions"][1]]})
+
+    (run,) = await teams.service.store.list_runs()
+    assert (run.feedback, run.feedback_by) == ("not_helpful", ALICE["aadObjectId"])
+    assert "Thanks for the feedback." in card_text(seen)
+    assert [a["verb"] for a in seen["actions"]] == ["handoff"]
+
+
+@dataclass
+class Case:
+    case_id: str
+    message: str
+
+
+async def test_still_need_help_hands_the_conversation_to_the_helpdesk(teams, monkeypatch):
+    calls = []
+
+    async def request_handoff(conversation_key, user, *, link=None):
+        calls.append((conversation_key, user, link))
+        return Case("HD-7", "I've passed this to the helpdesk; someone will reply here.")
+
+    monkeypatch.setattr(teams.service, "request_handoff", request_handoff, raising=False)
+    reply, card = await answered(teams)
+
+    seen = await click(teams, reply, "handoff", card)
+    told = await teams.reply(count=2)
+
+    assert "helpdesk" in card_text(seen).lower()
+    (run,) = await teams.service.store.list_runs()
+    ((key, user, link),) = calls
+    assert key == run.conversation_key and user.id == ALICE["aadObjectId"] and user.email == "alice@contoso.example"
+    assert link and link.startswith("https://teams.microsoft.com/l/message/")
+    assert told.conversation_id == reply.conversation_id and "HD-7" in told.text
+
+
+async def test_without_a_helpdesk_service_the_user_gets_the_run_reference(teams, monkeypatch):
+    monkeypatch.setattr(teams.service, "request_handoff", None, raising=False)
+    reply, card = await answered(teams)
+    await click(teams, reply, "handoff", card)
+    told = await teams.reply(count=2)
+    (run,) = await teams.service.store.list_runs()
+    assert run.id in told.text

@@ -1,0 +1,96 @@
+"""The Teams helpdesk destination posts a case card to a channel through the real connector client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from msrest.exceptions import HttpOperationError
+
+from adapters.teams_helpdesk import TeamsChannelDestination, teams_destination
+from bot.config import ConfigError, Settings
+from bot.types import UserRef
+from tests.fakes.bot_connector import FakeBotConnector
+
+HELPDESK_CHANNEL = "19:helpdesk@thread.tacv2"
+
+
+@dataclass
+class Case:
+    case_id: str
+    reason: str
+    user: UserRef
+    platform: str
+    channel: str
+    thread: str
+    link: str | None
+    question: str
+
+
+CASE = Case(
+    case_id="HD-42",
+    reason="step_budget",
+    user=UserRef("aad-alice", "Alice Example", "alice@contoso.example"),
+    platform="teams",
+    channel="19:general@thread.tacv2",
+    thread="1700001",
+    link="https://teams.microsoft.com/l/message/19%3Ageneral%40thread.tacv2/1700001",
+    question="My VPN fails with NG-809\nafter the update, what now?",
+)
+
+
+def settings_for(channel: FakeBotConnector, **overrides) -> Settings:
+    values = {
+        "helpdesk_teams_service_url": channel.service_url,
+        "helpdesk_teams_conversation_id": HELPDESK_CHANNEL,
+        "teams_allow_unauthenticated": True,
+        **overrides,
+    }
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+async def test_a_case_is_posted_to_the_helpdesk_channel_as_a_card():
+    async with FakeBotConnector() as channel:
+        destination = TeamsChannelDestination(settings_for(channel))
+        posted_id = await destination.deliver(CASE)
+
+    (posted,) = channel.messages()
+    assert destination.name == "teams"
+    assert posted.kind == "send" and posted.conversation_id == HELPDESK_CHANNEL and posted_id == posted.id
+    (card,) = posted.cards
+    assert card["version"] == "1.5"
+    facts = {f["title"]: f["value"] for f in card["body"][2]["facts"]}
+    assert facts["Case"] == "HD-42" and facts["User"] == "Alice Example (alice@contoso.example)"
+    assert card["body"][1]["text"] == "My VPN fails with NG-809 after the update, what now?"
+    assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open the conversation", "url": CASE.link}]
+
+
+async def test_the_real_handoff_case_renders_with_its_one_line_question_and_reason_label():
+    from datetime import UTC, datetime
+
+    from bot.handoff import HandoffCase
+    from bot.handoff_markdown import reason_label
+
+    case = HandoffCase(created_at=datetime.now(UTC), **CASE.__dict__)
+    async with FakeBotConnector() as channel:
+        await teams_destination(settings_for(channel)).deliver(case)
+    card = channel.messages()[0].cards[0]
+    assert card["body"][1]["text"] == case.question_line()
+    assert {"title": "Reason", "value": reason_label("step_budget")} in card["body"][2]["facts"]
+
+
+async def test_a_refused_post_raises():
+    async with FakeBotConnector(fail_status=403) as channel:
+        with pytest.raises(HttpOperationError):
+            await TeamsChannelDestination(settings_for(channel)).deliver(CASE)
+
+
+def test_the_channel_must_be_configured():
+    with pytest.raises(ConfigError, match="HELPDESK_TEAMS_CONVERSATION_ID"):
+        TeamsChannelDestination(Settings(_env_file=None, teams_allow_unauthenticated=True))  # type: ignore[call-arg]
+
+
+async def test_without_teams_credentials_the_destination_cannot_be_built():
+    async with FakeBotConnector() as channel:
+        with pytest.raises(ConfigError, match="MicrosoftAppId"):
+            TeamsChannelDestination(settings_for(channel, teams_allow_unauthenticated=False))

@@ -1,0 +1,437 @@
+"""A local Slack Web API server that records every call, and Slack's side of the Events API.
+
+The app under test uses the real ``slack_sdk`` client, pointed here by ``SLACK_API_URL``::
+
+    async with FakeSlackAPI() as slack:
+        settings = ...(slack_api_url=slack.base_url, slack_bot_token=slack.token, ...)
+        ...
+        slack.fail("chat.postMessage", "channel_not_found")       # the next call gets this error
+        slack.rate_limit("chat.postMessage", retry_after=0)        # a 429 with Retry-After
+        posted = await slack.wait_for("chat.postMessage", 2)       # calls arrive after the ack
+
+Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update,
+chat.postEphemeral, chat.getPermalink, assistant.threads.setStatus / setSuggestedPrompts and
+apps.connections.open (with the app-level token; no WebSocket behind it), the way
+Slack does (``{"ok": false, "error": ...}`` with HTTP 200 for API errors, 429 for rate limits). A wrong
+token gets ``invalid_auth``; an unknown method gets ``unknown_method`` and is recorded in ``problems``.
+
+``sign`` and ``signed_headers`` sign a request body exactly as Slack does (v0, HMAC-SHA256 over
+``v0:{timestamp}:{body}``); ``event_envelope`` and ``block_actions`` build what Slack sends.
+For a server under test in another process, ``FakeSlackAPI.start_in_thread()`` ... ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import threading
+import time
+import urllib.parse
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+JSON_FIELDS = ("blocks", "attachments", "prompts", "metadata")  # form-encoded as JSON text by the SDK
+
+
+@dataclass(frozen=True)
+class SlackCall:
+    """One Web API call as the client sent it: method, merged query/form/JSON params, headers."""
+
+    method: str
+    params: dict[str, Any]
+    headers: dict[str, str]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.params[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.params.get(name, default)
+
+    @property
+    def blocks(self) -> list[dict[str, Any]]:
+        return list(self.params.get("blocks") or [])
+
+    @property
+    def block_text(self) -> str:
+        """Every text in the blocks, joined: what a reader of the message would see."""
+        return "\n".join(_texts(self.blocks))
+
+
+@dataclass(frozen=True)
+class ScriptedError:
+    error: str
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FakeUser:
+    id: str
+    name: str
+    email: str | None = None
+    is_restricted: bool = False
+    is_ultra_restricted: bool = False
+
+    def as_slack(self, team_id: str) -> dict[str, Any]:
+        profile = {"display_name": self.name, "real_name": self.name.title()}
+        if self.email:
+            profile["email"] = self.email
+        return {
+            "id": self.id,
+            "team_id": team_id,
+            "name": self.name.lower(),
+            "real_name": self.name.title(),
+            "is_bot": False,
+            "deleted": False,
+            "is_restricted": self.is_restricted,
+            "is_ultra_restricted": self.is_ultra_restricted,
+            "profile": profile,
+        }
+
+
+class FakeSlackAPI:
+    """Slack's Web API on 127.0.0.1 under ``/api/{method}``, recording every call."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "xoxb-test-0000-fake",
+        team_id: str = "T0TEAM",
+        bot_user_id: str = "UBOT",
+        bot_id: str = "BBOT",
+        app_id: str = "A0APP",
+        app_token: str = "xapp-1-A0APP-1-fake",
+        port: int = 0,
+    ) -> None:
+        self.token = token
+        self.app_token = app_token
+        self.team_id = team_id
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.app_id = app_id
+        self.calls: list[SlackCall] = []
+        self.problems: list[str] = []
+        self.users: dict[str, FakeUser] = {}
+        self._errors: dict[str, deque[ScriptedError]] = defaultdict(deque)
+        self._ts = itertools.count(1)
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- script ----------------------------------------------------------------------------------
+
+    def add_user(self, user_id: str, name: str, email: str | None = None, *, guest: bool = False) -> FakeUser:
+        user = FakeUser(user_id, name, email, is_restricted=guest)
+        self.users[user_id] = user
+        return user
+
+    def fail(self, method: str, error: str, *, times: int = 1, status: int = 200, **headers: str) -> None:
+        """The next ``times`` calls of ``method`` get ``{"ok": false, "error": error}``."""
+        self._errors[method].extend(ScriptedError(error, status, dict(headers)) for _ in range(times))
+
+    def rate_limit(self, method: str, *, retry_after: int = 0, times: int = 1) -> None:
+        """Slack's rate-limit answer: HTTP 429, ``error: ratelimited`` and a Retry-After header."""
+        self.fail(method, "ratelimited", times=times, status=429, **{"Retry-After": str(retry_after)})
+
+    # --- inspection ------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as ``SLACK_API_URL``."""
+        return f"http://127.0.0.1:{self._port}/api/"
+
+    def calls_to(self, method: str, where: Callable[[SlackCall], bool] | None = None) -> list[SlackCall]:
+        return [c for c in list(self.calls) if c.method == method and (where is None or where(c))]
+
+    @property
+    def methods(self) -> set[str]:
+        return {c.method for c in list(self.calls)}
+
+    async def wait_for(
+        self,
+        method: str,
+        count: int = 1,
+        *,
+        where: Callable[[SlackCall], bool] | None = None,
+        timeout: float = 5.0,
+    ) -> list[SlackCall]:
+        """Wait until ``count`` matching calls arrived (the app calls Slack after its ack)."""
+        deadline = time.monotonic() + timeout
+        while len(found := self.calls_to(method, where)) < count:
+            if time.monotonic() > deadline:
+                seen = sorted(self.methods)
+                raise AssertionError(f"{len(found)} of {count} {method} calls within {timeout} s; saw {seen}")
+            await asyncio.sleep(0.01)
+        return found
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> FakeSlackAPI:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeSlackAPI:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @classmethod
+    def start_in_thread(cls, **kwargs: Any) -> FakeSlackAPI:
+        """A running server on its own loop in a daemon thread (for a server under test elsewhere)."""
+        fake = cls(**kwargs)
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            fake._loop = loop
+            loop.run_until_complete(fake.start())
+            ready.set()
+            loop.run_forever()
+            loop.close()
+
+        fake._thread = threading.Thread(target=serve, name="FakeSlackAPI", daemon=True)
+        fake._thread.start()
+        if not ready.wait(timeout=10):
+            raise RuntimeError("FakeSlackAPI did not start within 10 s")
+        return fake
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.close(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop = self._thread = None
+
+    # --- serving ---------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await _params(request)
+        self.calls.append(SlackCall(method, params, {k.lower(): v for k, v in request.headers.items()}))
+        if not self._authorized(request, params, app_level=method.startswith("apps.connections.")):
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if self._errors[method]:
+            scripted = self._errors[method].popleft()
+            body = {"ok": False, "error": scripted.error}
+            return web.json_response(body, status=scripted.status, headers=scripted.headers)
+        answer = getattr(self, "_" + method.replace(".", "_"), None)
+        if answer is None:
+            self.problems.append(f"unknown method {method}")
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        return web.json_response({"ok": True, **answer(params)}, headers={"x-oauth-scopes": "chat:write"})
+
+    def _authorized(self, request: web.Request, params: dict[str, Any], *, app_level: bool) -> bool:
+        sent = request.headers.get("Authorization", "").removeprefix("Bearer ") or params.get("token", "")
+        return sent == (self.app_token if app_level else self.token)
+
+    def _next_ts(self) -> str:
+        return f"{1_700_000_000 + next(self._ts)}.000100"
+
+    def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "url": "https://acme.slack.com/",
+            "team": "Acme",
+            "user": "policypal",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _bots_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        bot = {"id": self.bot_id, "app_id": self.app_id, "user_id": self.bot_user_id, "name": "policypal"}
+        return {"bot": {**bot, "deleted": False}}
+
+    def _users_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = self.users.get(str(params.get("user")))
+        if user is None:
+            user = FakeUser(str(params.get("user")), f"user-{params.get('user')}")
+        return {"user": user.as_slack(self.team_id)}
+
+    def _chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = str(params.get("channel"))
+        channel = "D" + channel[1:] if channel.startswith(("U", "W")) else channel  # a user id: their DM
+        ts = self._next_ts()
+        return {"channel": channel, "ts": ts, "message": {"ts": ts, "text": params.get("text", "")}}
+
+    def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"channel": params.get("channel"), "ts": params.get("ts"), "text": params.get("text", "")}
+
+    def _chat_postEphemeral(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"message_ts": self._next_ts()}
+
+    def _chat_getPermalink(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = params.get("channel"), str(params.get("message_ts", ""))
+        return {"channel": channel, "permalink": f"https://acme.slack.com/archives/{channel}/p{ts.replace('.', '')}"}
+
+    def _apps_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"url": f"ws://127.0.0.1:{self._port}/no-socket-mode-here"}
+
+    def _assistant_threads_setStatus(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def _assistant_threads_setSuggestedPrompts(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+
+async def _params(request: web.Request) -> dict[str, Any]:
+    params: dict[str, Any] = dict(request.query)
+    if request.method != "POST":
+        return params
+    if request.content_type == "application/json":
+        body = await request.json()
+        params.update(body if isinstance(body, dict) else {})
+    else:
+        params.update({k: str(v) for k, v in (await request.post()).items()})
+    for name in JSON_FIELDS:
+        if isinstance(params.get(name), str):
+            params[name] = json.loads(params[name])
+    return params
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        own = [value["text"]] if isinstance(value.get("text"), str) else []
+        return own + [t for key, v in value.items() if key != "text" or not isinstance(v, str) for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for item in value for t in _texts(item)]
+    return []
+
+
+# --- Slack's side of the Events API -------------------------------------------------------------------
+
+
+def sign(secret: str, timestamp: str, body: str) -> str:
+    """Slack's v0 request signature."""
+    base = f"v0:{timestamp}:{body}".encode()
+    return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+def signed_headers(
+    secret: str,
+    body: str,
+    *,
+    content_type: str = "application/json",
+    timestamp: int | None = None,
+    retry_num: int | None = None,
+    retry_reason: str = "http_timeout",
+) -> dict[str, str]:
+    """The headers Slack sends with a request: timestamp, signature and, on a redelivery, the retry ones."""
+    stamp = str(int(time.time()) if timestamp is None else timestamp)
+    headers = {
+        "Content-Type": content_type,
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": sign(secret, stamp, body),
+    }
+    if retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(retry_num)
+        headers["X-Slack-Retry-Reason"] = retry_reason
+    return headers
+
+
+_event_ids = itertools.count(1)
+_message_ts = itertools.count(1)
+
+
+def new_ts() -> str:
+    return f"{1_690_000_000 + next(_message_ts)}.000200"
+
+
+def event_envelope(
+    event: dict[str, Any], *, team_id: str = "T0TEAM", app_id: str = "A0APP", event_id: str | None = None
+) -> dict[str, Any]:
+    """An Events API ``event_callback`` as Slack posts it."""
+    return {
+        "token": "legacy-verification-token",
+        "team_id": team_id,
+        "api_app_id": app_id,
+        "event": event,
+        "type": "event_callback",
+        "event_id": event_id or f"Ev{next(_event_ids):08d}",
+        "event_time": int(time.time()),
+        "authorizations": [{"team_id": team_id, "user_id": "UBOT", "is_bot": True}],
+        "is_ext_shared_channel": False,
+        "event_context": "4-fake",
+    }
+
+
+def dm_event(user: str, text: str, *, channel: str = "D0ALICE", ts: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "channel_type": "im",
+        "channel": channel,
+        "user": user,
+        "text": text,
+        "ts": ts or new_ts(),
+        **extra,
+    }
+
+
+def mention_event(user: str, text: str, *, channel: str = "C0GENERAL", ts: str | None = None, **extra: Any) -> dict:
+    return {"type": "app_mention", "channel": channel, "user": user, "text": text, "ts": ts or new_ts(), **extra}
+
+
+def block_actions(
+    user: str,
+    action_id: str,
+    value: str,
+    *,
+    channel: str = "C0GENERAL",
+    message_ts: str = "1700000001.000100",
+    thread_ts: str | None = None,
+    team_id: str = "T0TEAM",
+    app_id: str = "A0APP",
+) -> dict[str, Any]:
+    """A ``block_actions`` interactivity payload for one button click."""
+    container = {"type": "message", "message_ts": message_ts, "channel_id": channel, "is_ephemeral": False}
+    message = {"type": "message", "ts": message_ts, "user": "UBOT", "bot_id": "BBOT"}
+    if thread_ts:
+        container["thread_ts"] = thread_ts
+        message["thread_ts"] = thread_ts
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "team_id": team_id},
+        "api_app_id": app_id,
+        "token": "legacy-verification-token",
+        "container": container,
+        "trigger_id": "1.2.fake",
+        "team": {"id": team_id, "domain": "acme"},
+        "channel": {"id": channel, "name": "general"},
+        "message": message,
+        "response_url": "https://hooks.slack.invalid/actions/fake",
+        "actions": [
+            {
+                "type": "button",
+                "action_id": action_id,
+                "block_id": "pp_card_actions",
+                "value": value,
+                "action_ts": str(time.time()),
+            }
+        ],
+    }
+
+
+def form_body(payload: dict[str, Any]) -> str:
+    """How Slack posts interactivity: ``payload=<json>``, form-encoded."""
+    return urllib.parse.urlencode({"payload": json.dumps(payload)})
