@@ -1,5 +1,6 @@
-# PolicyPal: one process serving Slack, Teams, /healthz. Everything it needs, the embedding model
-# included, is installed at build time; nothing is fetched at run time.
+# PolicyPal: one process serving Slack, Teams, /healthz, /readyz and /metrics. Everything it needs,
+# the embedding model and the database migrations included, is installed at build time; nothing is
+# fetched at run time (tests/test_deployment.py repeats these install steps offline to prove it).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -28,6 +29,9 @@ RUN python -c "from pathlib import Path; from retrieval.embedding import bundled
 USER 10001
 VOLUME ["/data"]
 EXPOSE 3000
+# SIGTERM drains: runs in flight get POLICYPAL_SHUTDOWN_GRACE_S (20 s) to finish, the rest give up with
+# a helpdesk case and a reply. Give the container more than that before SIGKILL (docker stop -t 30).
+STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:3000/healthz', timeout=4)"]
 CMD ["policypal", "serve", "--host", "0.0.0.0", "--port", "3000"]

@@ -6,23 +6,41 @@ destination that is half configured is refused at start with the setting that is
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bot.config import ConfigError, Settings
 from bot.handoff import Destination
 from bot.handoff_destinations import EmailDestination, WebhookDestination
 
 
 def destinations(settings: Settings) -> list[Destination]:
-    """Every configured destination, in the order cases are delivered."""
-    found: list[Destination] = []
-    if settings.helpdesk_slack_channel:
-        found.append(_slack(settings))
-    if settings.helpdesk_teams_conversation_id or settings.helpdesk_teams_service_url:
-        found.append(_teams(settings))
-    if settings.helpdesk_webhook_url:
-        found.append(_webhook(settings))
-    if settings.helpdesk_smtp_host:
-        found.append(_email(settings))
+    """Every configured destination, in the order cases are delivered; ConfigError at the first bad one."""
+    return [build(settings) for build in _wanted(settings)]
+
+
+async def problems(settings: Settings) -> list[str]:
+    """Every half-configured destination's problem (``destinations`` stops at the first); builds nothing to keep."""
+    found = []
+    for build in _wanted(settings):
+        try:
+            destination = build(settings)
+        except ConfigError as exc:
+            found.append(str(exc))
+            continue
+        closer = getattr(destination, "aclose", None)
+        if closer is not None:
+            await closer()
     return found
+
+
+def _wanted(settings: Settings) -> list[Callable[[Settings], Destination]]:
+    wanted = {
+        _slack: settings.helpdesk_slack_channel,
+        _teams: settings.helpdesk_teams_conversation_id or settings.helpdesk_teams_service_url,
+        _webhook: settings.helpdesk_webhook_url,
+        _email: settings.helpdesk_smtp_host,
+    }
+    return [build for build, configured in wanted.items() if configured]
 
 
 def _slack(settings: Settings) -> Destination:

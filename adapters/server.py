@@ -1,7 +1,13 @@
-"""One aiohttp app for every surface: /slack/events, /api/messages, /healthz.
+"""One aiohttp app for every surface: /slack/events (and Socket Mode), /api/messages, /healthz, /readyz, /metrics.
 
-The service is opened once at start-up and shared; each platform adds its routes only when it is
-configured, and says so in the log, so a half-configured platform is never silently ignored.
+The composition root of ``policypal serve``. Start-up checks the whole configuration first and
+refuses, listing every problem, rather than start half-working (``bot.config_check``). Then the
+service is opened once and shared; each platform adds its routes only when configured; the handoff
+outbox and the sweeper (heartbeat, crash recovery, expired cards) run beside them.
+
+Shutdown (SIGTERM or Ctrl-C): aiohttp stops listening, then ``_drain`` gives runs in flight
+``POLICYPAL_SHUTDOWN_GRACE_S`` to finish and cancels the rest, which give up with a helpdesk case
+and a reply; only then do the platforms drain their reply tasks and the service close.
 """
 
 from __future__ import annotations
@@ -9,30 +15,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from adapters.app_keys import READINESS, SERVICE, SETTINGS
+from adapters.checks import PLATFORM_CHECKS
+from adapters.health import QuietProbesAccessLogger, add_health_routes, count_platform_requests, register_probes
 from adapters.helpdesk_destinations import destinations
 from bot.config import Settings
+from bot.config_check import find_problems, report
+from bot.logs import configure_json_logging
+from bot.notify import Notifiers
+from bot.redaction import Redactor
 from bot.service import PolicyPal
-from bot.wiring import open_service
+from bot.sweeper import Sweeper
+from bot.wiring import open_service, sweep_policy
+
+__all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
 
 log = logging.getLogger(__name__)
 
-SERVICE: web.AppKey[PolicyPal] = web.AppKey("service", PolicyPal)
-SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
+HTTP_SHUTDOWN_S = 5.0  # requests in progress at shutdown (acks are immediate; runs are drained separately)
+SWEEPER_STOP_S = 10.0
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+def build_app(settings: Settings, service: PolicyPal | None = None, *, sweep: bool | None = None) -> web.Application:
+    """The app; tests pass a service they built, production lets start-up open one from settings.
 
-
-def build_app(settings: Settings, service: PolicyPal | None = None) -> web.Application:
-    """The app; tests pass a service they built, production lets start-up open one from settings."""
-    app = web.Application()
+    ``sweep``: run the sweeper (heartbeat, crash recovery, expiry); by default only when the app
+    opens its own service, so a test's service sees no background passes it did not ask for.
+    """
+    app = web.Application(middlewares=[count_platform_requests])
     app[SETTINGS] = settings
-    app.router.add_get("/healthz", healthz)
+    add_health_routes(app)
     app.cleanup_ctx.append(_service_context(service))
     app.cleanup_ctx.append(_outbox_worker)
     from adapters.slack import add_slack_routes
@@ -40,19 +57,34 @@ def build_app(settings: Settings, service: PolicyPal | None = None) -> web.Appli
 
     add_slack_routes(app, settings)
     add_teams_routes(app, settings)
+    # After the platforms' contexts: probes and notifiers need their clients started.
+    app.cleanup_ctx.append(_operations(service is None if sweep is None else sweep))
+    app.on_shutdown.append(_drain)
     return app
 
 
-def _service_context(given: PolicyPal | None):  # type: ignore[no-untyped-def]
+def _service_context(given: PolicyPal | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def context(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
-        service = given or await open_service(settings, destinations=destinations(settings))
+        service = given or await open_service(settings, destinations=destinations(settings), serving=True)
+        if given is None:
+            await _warm_up(service)
         app[SERVICE] = service
         yield
         if given is None:
             await service.close()
 
     return context
+
+
+async def _warm_up(service: PolicyPal) -> None:
+    """The first search builds the embedding model's session (a second or two): pay it before ready."""
+    if service.searcher is None:
+        return
+    try:
+        await service.searcher.asearch("warm-up", 1)  # type: ignore[attr-defined]
+    except Exception:  # readiness will report a broken index; start-up need not fail here
+        log.warning("warming up the index failed", exc_info=True)
 
 
 async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
@@ -65,7 +97,66 @@ async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
         await asyncio.wait_for(task, outbox.policy.deliver_timeout_s + 1)
 
 
+def _operations(sweep: bool) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        service = app[SERVICE]
+        register_probes(app, service)
+        if not sweep:
+            yield
+            return
+        sweeper = Sweeper(service, platform_notifiers(app, service), sweep_policy(app[SETTINGS]))
+        task = asyncio.create_task(sweeper.run_forever(), name="sweeper")
+        yield
+        sweeper.stop()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, SWEEPER_STOP_S)
+        with contextlib.suppress(Exception):  # a database already gone: our heartbeat simply ages out
+            await sweeper.forget_me()
+
+    return context
+
+
+def platform_notifiers(app: web.Application, service: PolicyPal) -> Notifiers:
+    """A notifier for each platform running on this app, so recovery can post in their threads."""
+    from adapters.slack import SLACK
+    from adapters.teams import TEAMS
+
+    notifiers = Notifiers(service.store)
+    if SLACK in app:
+        from adapters.slack_notify import SlackNotifier
+
+        notifiers.register("slack", SlackNotifier(app[SLACK].bridge.poster))
+    if TEAMS in app:
+        from adapters.teams_notify import TeamsNotifier
+
+        notifiers.register("teams", TeamsNotifier(app[TEAMS].connector))
+    return notifiers
+
+
+async def _drain(app: web.Application) -> None:
+    """No new connections by now; let runs in flight finish, then make the rest give up and hand off."""
+    app[READINESS].draining = True
+    if SERVICE not in app:
+        return
+    cancelled = await app[SERVICE].inflight.drain(app[SETTINGS].shutdown_grace_s)
+    if cancelled:
+        log.warning("%d run(s) gave up at shutdown; each has a helpdesk case and a reply", cancelled)
+
+
 def run_server(settings: Settings, host: str = "0.0.0.0", port: int = 3000) -> int:
-    """`policypal serve`: run until interrupted."""
-    web.run_app(build_app(settings), host=host, port=port, print=lambda line: log.warning("%s", line))
+    """`policypal serve`: check the configuration, then serve until SIGTERM or Ctrl-C."""
+    configure_json_logging(logging.getLevelName(settings.log_level.upper()), Redactor(settings.secret_values()))
+    problems = asyncio.run(find_problems(settings, PLATFORM_CHECKS))
+    if problems:
+        print(report(problems), file=sys.stderr)
+        return 2
+    web.run_app(
+        build_app(settings),
+        host=host,
+        port=port,
+        shutdown_timeout=HTTP_SHUTDOWN_S,
+        access_log_class=QuietProbesAccessLogger,
+        print=lambda line: log.info("%s", " ".join(line.split())),
+    )
+    log.info("stopped")
     return 0

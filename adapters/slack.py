@@ -1,7 +1,8 @@
 """Slack: slack-bolt's AsyncApp at /slack/events on the shared aiohttp app, and Socket Mode.
 
 Events and button clicks get their 200 as soon as their signature checks out; bolt routes them
-afterwards, in a task the server holds and waits for at shutdown (adapters/slack_tasks.py). Bolt runs
+afterwards, in a task the server holds and waits for at shutdown, and in a burst only after the
+other acks (adapters/slack_tasks.py: measured with benchmarks/slack_ack.py). Bolt runs
 with ``process_before_response=True`` so its listeners run inline there (and in Socket Mode, where
 bolt acks after dispatch), and each listener only calls ``ack()`` and hands the slow work to another
 held task: Slack's 3-second limit is never near, and no run is left to a weakly referenced future.
@@ -34,7 +35,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.server import SERVICE
+from adapters.app_keys import SERVICE
 from adapters.slack_blocks import CANCEL, CONFIRM, HANDOFF, HELPFUL, NOT_HELPFUL
 from adapters.slack_flows import Click, SlackBridge, Where
 from adapters.slack_inbound import BotIdentity, skip_reason, thread_of
@@ -164,9 +165,15 @@ async def slack_events(request: web.Request) -> web.Response:
 
     Slack needs nothing but a 200 for ``event_callback`` and ``block_actions``, so the signature is
     checked here (slack_sdk's SignatureVerifier, as bolt does) and bolt's dispatch runs in a held task
-    after the response. Anything else (url_verification, ssl_check) is answered by bolt inline.
+    after the response, once no other request is being acknowledged (``AckFirst``). Anything else
+    (url_verification, ssl_check) is answered by bolt inline.
     """
     runtime = request.app[SLACK]
+    with runtime.tasks.gate.acknowledging():
+        return await _acknowledge(runtime, request)
+
+
+async def _acknowledge(runtime: SlackRuntime, request: web.Request) -> web.Response:
     bolt_request = await to_bolt_request(request)
     if not runtime.signed_by_slack(bolt_request.raw_body, request.headers):
         log.warning(
@@ -203,19 +210,34 @@ async def start_slack(
     try:
         client = web_client(credentials.bot_token, session, credentials.api_url)
         bot = await verify_token(client)
-        bridge = SlackBridge(service, SlackPoster(client, bot), UserDirectory(client, groups), bot)
-        tasks = BackgroundTasks()
-        bolt = build_bolt_app(credentials, web_client(None, session, credentials.api_url), bot)
-        register_listeners(bolt, bridge, tasks)
-        socket_mode = socket_mode_handler(bolt, credentials, client)
-        verifier = SignatureVerifier(credentials.signing_secret) if credentials.signing_secret else None
-        runtime = SlackRuntime(bolt, client, bridge, tasks, bot, session, socket_mode, verifier)
-        if connect and runtime.socket_mode is not None:
-            await connect_socket_mode(runtime.socket_mode, client)
     except BaseException:
         await session.close()
         raise
+    runtime = _runtime(service, credentials, groups, client, bot, session)
+    if connect and runtime.socket_mode is not None:
+        try:
+            await connect_socket_mode(runtime.socket_mode, client)
+        except BaseException:
+            await runtime.close(0)
+            raise
     return runtime
+
+
+def _runtime(
+    service: PolicyPal,
+    credentials: SlackCredentials,
+    groups: GroupMap,
+    client: AsyncWebClient,
+    bot: BotIdentity,
+    session: aiohttp.ClientSession,
+) -> SlackRuntime:
+    bridge = SlackBridge(service, SlackPoster(client, bot), UserDirectory(client, groups), bot)
+    tasks = BackgroundTasks()
+    bolt = build_bolt_app(credentials, web_client(None, session, credentials.api_url), bot)
+    register_listeners(bolt, bridge, tasks)
+    socket_mode = socket_mode_handler(bolt, credentials, client)
+    verifier = SignatureVerifier(credentials.signing_secret) if credentials.signing_secret else None
+    return SlackRuntime(bolt, client, bridge, tasks, bot, session, socket_mode, verifier)
 
 
 async def connect_socket_mode(handler: AsyncSocketModeHandler, client: AsyncWebClient) -> None:

@@ -307,11 +307,10 @@ def status_line(record: PendingRecord) -> str:
 
 
 def _result_words(result: dict[str, Any]) -> str:
-    ticket = result.get("ticket_id")
-    if not ticket:
+    if not result.get("ticket_id"):
         return "Done."
-    url = result.get("url")
-    return f"Ticket <{url}|*{escape(ticket)}*> created." if url else f"Ticket *{escape(str(ticket))}* created."
+    ticket, url = escape(str(result["ticket_id"])), result.get("url")
+    return f"Ticket <{url}|*{ticket}*> created." if url else f"Ticket *{ticket}* created."
 
 
 def in_progress_card_message(record: PendingRecord, actor_id: str, at: datetime, choice: str) -> SlackMessage:

@@ -80,6 +80,7 @@ def add_teams_routes(app: web.Application, settings: Settings) -> None:
             ROUTE,
         )
     teams = TeamsEndpoint(settings)
+    app[TEAMS] = teams
     app.cleanup_ctx.append(teams.context)
     app.router.add_post(ROUTE, teams.messages)
     log.info("Teams on at %s (%s)", ROUTE, mode)
@@ -119,6 +120,9 @@ class TeamsEndpoint:
         finally:
             _RAW_ACTIVITY.reset(token)
         return response or web.Response(status=HTTPStatus.OK)
+
+
+TEAMS: web.AppKey[TeamsEndpoint] = web.AppKey("teams", TeamsEndpoint)
 
 
 def options_from(settings: Settings) -> TeamsOptions:

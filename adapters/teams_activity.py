@@ -104,6 +104,7 @@ def to_inbound(activity: Activity, user: UserRef) -> Inbound:
         text=question_text(activity),
         event_id=str(activity.get("id") or ""),
         link=deep_link(activity),
+        address=reference_of(activity),  # so the thread can be told things later (crash recovery)
     )
 
 

@@ -81,8 +81,8 @@ def invoke_card(content: Json) -> Json:
 def reply_activity(reply: Reply, requester_name: str = "") -> Json:
     """The message for one run's outcome: an answer, a card to confirm, or an honest give-up."""
     outcome = reply.outcome
-    if isinstance(outcome, Answer) and is_case_id(reply.run_id):
-        return message(outcome.text)  # "I want a human": the case is open, nothing to rate
+    if isinstance(outcome, Answer) and (is_case_id(reply.run_id) or getattr(reply, "refused", None)):
+        return message(outcome.text)  # a case opened, or a polite refusal (rate, busy): nothing to rate
     if isinstance(outcome, Answer):
         return message(answer_markdown(outcome), feedback_card(reply.run_id))
     if isinstance(outcome, Pending):

@@ -14,6 +14,7 @@ from adapters import teams_cards as cards
 from bot.config import ConfigError, Settings
 
 CHANNEL_ID = "msteams"
+TRANSCRIPT_CHARS = 20_000  # Teams refuses messages of about 28 KB; leave room for markup
 
 
 def teams_destination(settings: Settings) -> TeamsChannelDestination:
@@ -44,10 +45,18 @@ class TeamsChannelDestination:
         }
 
     async def deliver(self, case: Any) -> str | None:
-        """Post the case summary; raises when the connector refuses it."""
+        """Post the case summary, then the full transcript in its reply chain; raises when refused."""
         activity = cards.message(summary_text(case), summary_card(case))
         posted = await self._connector.send(self._reference, activity)
+        if posted:
+            await self._connector.send(self._thread(posted), cards.message(transcript_text(case)))
         return posted or None
+
+    def _thread(self, root_id: str) -> dict[str, Any]:
+        """The summary's reply chain: a channel thread is addressed as ``<channel>;messageid=<root>``."""
+        conversation = {**self._reference["conversation"]}
+        conversation["id"] = f"{conversation['id']};messageid={root_id}"
+        return {**self._reference, "conversation": conversation}
 
 
 def summary_card(case: Any) -> dict[str, Any]:
@@ -66,6 +75,17 @@ def summary_card(case: Any) -> dict[str, Any]:
 def summary_text(case: Any) -> str:
     """A one-line fallback (notifications and clients that do not render cards)."""
     return f"New helpdesk case {getattr(case, 'case_id', '')} from {_user_label(getattr(case, 'user', None))}"
+
+
+def transcript_text(case: Any) -> str:
+    """The case's Markdown transcript, bounded below Teams' message size with a visible marker."""
+    render = getattr(case, "to_markdown", None)
+    text = str(render()) if callable(render) else summary_text(case)
+    if len(text) <= TRANSCRIPT_CHARS:
+        return text
+    more, case_id = len(text) - TRANSCRIPT_CHARS, getattr(case, "case_id", "")
+    marker = f"…[transcript truncated: {more} more characters; see `policypal handoffs {case_id}`]"
+    return f"{text[:TRANSCRIPT_CHARS]}\n\n{marker}"
 
 
 def _question(case: Any) -> str:

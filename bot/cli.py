@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="0.0.0.0")
     serve.add_argument("--port", type=int, default=3000)
 
+    config = sub.add_parser("config", help="check the configuration without starting anything")
+    config.add_argument("action", choices=["check"])
+
+    db = sub.add_parser("db", help="database schema: upgrade to this release, or show where it stands")
+    db.add_argument("action", choices=["upgrade", "current"])
+
     package = sub.add_parser("teams-package", help="write the Teams app package (zip) an admin uploads")
     package.add_argument("--out", default="policypal-teams.zip")
 
@@ -97,6 +103,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from adapters.server import run_server
 
         return run_server(settings, args.host, args.port)
+    if args.command == "config":
+        from bot.admin import config_check
+
+        return asyncio.run(config_check(settings))
+    if args.command == "db":
+        from bot.admin import db_command
+
+        return asyncio.run(db_command(settings, args.action))
     if args.command == "teams-package":
         from adapters.teams_package import write_package
 

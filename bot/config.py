@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     # state
     database_url: str | None = None
 
+    # serving (policypal serve)
+    user_runs_per_minute: int = 10  # per user, across every replica (0: no limit)
+    max_concurrent_runs: int = 16  # per process; beyond it a polite "busy" reply
+    busy_wait_s: float = 2.0  # how long a message may wait for a free run slot before that reply
+    shutdown_grace_s: float = 20.0  # on SIGTERM, how long in-flight runs may take before they give up
+    sweep_interval_s: float = 10.0  # heartbeat, crash recovery and expired cards, this often
+    worker_stale_s: float = 30.0  # a process silent this long is dead: its runs are recovered
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
     # who may see and do what
     user_groups: str | None = None  # JSON {"user id or email": ["managers", ...]}; everyone is in "all"
     guests_may_write: bool = False

@@ -46,6 +46,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(self._redactor.value(line), ensure_ascii=False, default=str)
 
 
+# Chatty at INFO about nothing an operator acts on; bot.migrate logs the upgrade itself.
+QUIET_LOGGERS = ("alembic.runtime.migration", "httpx", "httpx2")
+
+
 def configure_json_logging(level: int = logging.INFO, redactor: Redactor | None = None) -> None:
     """Route every logger to stderr as JSON lines; for `policypal serve`."""
     handler = logging.StreamHandler(sys.stderr)
@@ -53,3 +57,5 @@ def configure_json_logging(level: int = logging.INFO, redactor: Redactor | None 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))

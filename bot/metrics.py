@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 STEP_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15)
 TOKEN_BUCKETS = (500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000)
 COST_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1)
+PENDING_STATES = ("open", "executing", "done", "failed", "cancelled", "expired", "unknown")
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30)
 
 
@@ -36,6 +37,13 @@ class Metrics:
         self.requests = Counter(
             "policypal_platform_requests", "Slack/Teams requests by status", ["platform", "status"], registry=r
         )
+        self.refused = Counter(
+            "policypal_refused_messages", "Messages refused politely, not run", ["reason", "platform"], registry=r
+        )
+        self.in_flight = Gauge("policypal_runs_in_flight", "Runs running in this process now", registry=r)
+        self.recovered = Counter(
+            "policypal_recovered", "Work of dead processes taken over by the sweeper", ["kind"], registry=r
+        )
 
     def observe_run(
         self, platform: str, reason: str, steps: int, tokens: int, cost: float, trace: Iterable[Any]
@@ -51,9 +59,13 @@ class Metrics:
             elif kind == "tool":
                 self.tool_latency.labels(tool=name).observe(ms / 1000)
 
+    def observe_delivery(self, destination: str, outcome: str) -> None:
+        self.deliveries.labels(destination=destination, outcome=outcome).inc()
+
     def set_pending(self, counts: Mapping[str, int]) -> None:
-        for state, count in counts.items():
-            self.pending.labels(state=state).set(count)
+        """Every state, so one that emptied shows 0 rather than its last count."""
+        for state in dict.fromkeys([*PENDING_STATES, *counts]):
+            self.pending.labels(state=state).set(counts.get(state, 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -74,6 +74,7 @@ class Outbox:
         owner: str | None = None,
         redactor: Redactor | None = None,
         clock: Callable[[], datetime] = utcnow,
+        on_result: Callable[[DeliveryResult], None] | None = None,
     ) -> None:
         self._store = store
         self._destinations = {d.name: d for d in destinations}
@@ -83,6 +84,7 @@ class Outbox:
         self._clock = clock
         self._wake = asyncio.Event()
         self._stopping = False
+        self._on_result = on_result  # metrics: every attempt's outcome
 
     @property
     def names(self) -> list[str]:
@@ -104,7 +106,11 @@ class Outbox:
         )
         timeout = timeout_s if timeout_s is not None else self.policy.deliver_timeout_s
         results = await asyncio.gather(*(self._attempt(row, now, stale_before, timeout) for row in due))
-        return [r for r in results if r is not None]
+        done = [r for r in results if r is not None]
+        if self._on_result is not None:
+            for result in done:
+                self._on_result(result)
+        return done
 
     def stop(self) -> None:
         """Let ``run_forever`` finish the deliveries in flight and return (a graceful shutdown)."""

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal
@@ -22,19 +21,25 @@ from typing import Any, Literal
 from bot.agent import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
 from bot.conversation import thread_context
 from bot.handoff import ACTION_UNKNOWN, TICKET_FAILED, USER_REQUEST, HandoffCase, Helpdesk, asks_for_human
+from bot.inflight import InFlight
+from bot.logs import log_context
+from bot.metrics import Metrics
 from bot.outbox import Outbox
 from bot.pending import Decision, PendingActions
+from bot.process import THIS_PROCESS
+from bot.ratelimit import BUSY_TEXT, Admission
 from bot.run_state import RunState, StateVersionError
 from bot.store import PendingRecord, Place, Store
 from bot.tools import ToolContext
 from bot.turn import ProposedWrite, execute_confirmed
-from bot.types import Answer, GaveUp, Inbound, Outcome, Pending, TerminationReason, UserRef
+from bot.types import Answer, GaveUp, Inbound, Message, Outcome, Pending, TerminationReason, UserRef
 
 log = logging.getLogger(__name__)
 
 STALE_EXECUTING = timedelta(minutes=10)  # far beyond any tool timeout: such a call's process is gone
 CANCELLED_BY_USER = {"status": "cancelled", "note": "cancelled by user"}
-PROCESS_OWNER = f"{os.uname().nodename}:{os.getpid()}"
+PROCESS_OWNER = str(THIS_PROCESS)  # stamped on runs: the sweeper recovers those of dead processes
+RefusalReason = Literal["rate_limited", "busy"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Reply:
     steps: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
+    refused: RefusalReason | None = None  # set when no run started: the outcome is a polite refusal
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class PolicyPal:
         helpdesk: Helpdesk | None = None,
         outbox: Outbox | None = None,
         resources: Sequence[object] = (),
+        admission: Admission | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.deps = deps
         self.store = store
@@ -85,17 +93,37 @@ class PolicyPal:
         self.helpdesk = helpdesk or Helpdesk(store, budgets=deps.budgets)
         self.outbox = outbox or Outbox(store, [])  # the server runs it; the console calls run_once
         self._resources = tuple(resources)  # ticket backend, destinations: closed with the service
+        self.admission = admission  # None: no rate limit and no cap (tests, the console)
+        self.metrics = metrics or Metrics()
+        self.inflight = InFlight()  # what a graceful shutdown drains
 
     async def handle_message(self, inbound: Inbound, cancel: asyncio.Event | None = None) -> Reply | None:
-        """Run the agent for one message; None when the event was already handled (a platform retry)."""
+        """Run the agent for one message; None when the event was already handled (a platform retry).
+
+        A person over their rate, or a process at its cap, gets a polite refusal instead of a run.
+        """
         if not await self.store.claim_event(f"{inbound.platform}:{inbound.event_id}"):
             log.info("duplicate event %s ignored", inbound.event_id)
             return None
+        with log_context(conversation=inbound.conversation_key, platform=inbound.platform):
+            return await self._answer(inbound, cancel)
+
+    async def _answer(self, inbound: Inbound, cancel: asyncio.Event | None) -> Reply:
         history = await self.store.load_history(inbound.conversation_key)
         if not history:
             await self.store.remember_place(_place(inbound))
         if asks_for_human(inbound.text):
             return await self._hand_over(inbound)
+        if self.admission is None:
+            return await self._start(inbound, history, cancel)
+        if not await self.admission.users.allow(_user_key(inbound)):
+            return self._refuse(inbound, "rate_limited", self.admission.users.refusal())
+        async with self.admission.slots.slot() as admitted:
+            if not admitted:
+                return self._refuse(inbound, "busy", BUSY_TEXT)
+            return await self._start(inbound, history, cancel)
+
+    async def _start(self, inbound: Inbound, history: list[Message], cancel: asyncio.Event | None) -> Reply:
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, *thread_context(history, inbound.text)]
         state = RunState(
             run_id=_new_run_id(),
@@ -105,6 +133,13 @@ class PolicyPal:
             question_index=len(messages) - 1,
         )
         return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
+
+    def _refuse(self, inbound: Inbound, reason: RefusalReason, text: str) -> Reply:
+        """A reply without a run: nothing stored, the person asks again later."""
+        log.info("%s: no run for %s's message (%s)", reason, inbound.user.id, inbound.event_id)
+        self.metrics.refused.labels(reason=reason, platform=inbound.platform).inc()
+        reply_id = f"{reason}_{uuid.uuid4().hex[:12]}"
+        return Reply(reply_id, TerminationReason.ANSWERED, Answer(text), inbound.conversation_key, refused=reason)
 
     async def request_handoff(
         self, conversation_key: str, user: UserRef, *, link: str | None = None, question: str | None = None
@@ -126,9 +161,18 @@ class PolicyPal:
         )
 
     async def decide(
-        self, pending_id: str, actor: UserRef, decision: Literal["confirm", "cancel"], args_hash: str
+        self,
+        pending_id: str,
+        actor: UserRef,
+        decision: Literal["confirm", "cancel"],
+        args_hash: str,
+        on_result: Callable[[DecisionReply], Awaitable[None]] | None = None,
     ) -> DecisionReply:
-        """Apply a click exactly once, run the frozen call if confirmed, then let the model finish."""
+        """Apply a click exactly once, run the frozen call if confirmed, then let the model finish.
+
+        ``on_result`` hears the decision and the call's result before the model continues, so an
+        adapter can update the card at once while a slow model writes the final reply.
+        """
         verdict = await self.pending.decide(pending_id, actor.id, decision, args_hash)
         if verdict.status not in ("confirmed", "cancelled") or verdict.action is None:
             return DecisionReply(verdict)
@@ -138,6 +182,8 @@ class PolicyPal:
         if verdict.confirmed and _failed(result):
             case = await self._action_case(record, actor, TICKET_FAILED, str(result.get("error", "")))
             result = {**result, "case_id": case.case_id, "handoff": case.message}
+        if on_result is not None:
+            await on_result(DecisionReply(verdict, result, case=case))
         try:
             state = RunState.from_dict(record.run_state)
         except StateVersionError as exc:
@@ -149,9 +195,14 @@ class PolicyPal:
         reply = await self._run(state, platform, f"({decision} {record.tool})", None)
         return DecisionReply(verdict, result, reply, case)
 
-    async def recover(self, older_than: timedelta = STALE_EXECUTING) -> list[PendingRecord]:
-        """Actions left executing by a dead process are never re-run: mark them unknown for a human."""
+    async def recover(self, older_than: timedelta = STALE_EXECUTING) -> list[tuple[PendingRecord, HandoffCase]]:
+        """Actions left executing by a dead process are never re-run: mark them unknown for a human.
+
+        Returns each with the helpdesk case opened for it, so a caller that can reach the requester
+        (the server's sweeper) tells them too.
+        """
         stale = await self.pending.mark_stale_executing_unknown(older_than)
+        recovered = []
         for record in stale:
             log.error(
                 "pending action %s (%s for %s) was executing when its process died; marked unknown, "
@@ -161,8 +212,13 @@ class PolicyPal:
                 record.requester,
             )
             detail = f"{record.tool} was executing when its process died: check whether it happened."
-            await self._action_case(record, UserRef(record.requester), ACTION_UNKNOWN, detail)
-        return stale
+            case = await self._action_case(record, UserRef(record.requester), ACTION_UNKNOWN, detail)
+            recovered.append((record, case))
+        return recovered
+
+    async def claim_event(self, platform: str, event_id: str) -> bool:
+        """True the first time any process sees this event: for replies sent without a run."""
+        return await self.store.claim_event(f"{platform}:{event_id}")
 
     async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
         return await self.store.set_feedback(run_id, value, user_id)
@@ -207,22 +263,32 @@ class PolicyPal:
     async def _run(
         self, state: RunState, platform: str, question: str, cancel: asyncio.Event | None, link: str | None = None
     ) -> Reply:
-        await self.store.start_run(
-            state.run_id,
-            state.conversation_key,
-            platform,
-            state.user.id,
-            question,
-            self.deps.model.name,
-            PROCESS_OWNER,
-        )
-        result = await run_agent(self.deps, state, cancel)
-        await self._persist(result)  # first, so a give-up's case carries this run's trace
-        outcome = await self._settle(result, link)
+        context = log_context(run_id=state.run_id, conversation=state.conversation_key, platform=platform)
+        with context, self.inflight.track(state.run_id, cancel) as stop:
+            self.metrics.in_flight.inc()
+            try:
+                result = await self._agent(state, platform, question, stop)
+                outcome = await self._settle(result, link)
+            finally:
+                self.metrics.in_flight.dec()
         spent = state.spent
+        self.metrics.observe_run(
+            platform, result.reason.value, spent.steps, spent.tokens, spent.cost_usd, result.trace.steps
+        )
         return Reply(
             result.run_id, result.reason, outcome, state.conversation_key, spent.steps, spent.tokens, spent.cost_usd
         )
+
+    async def _agent(self, state: RunState, platform: str, question: str, stop: asyncio.Event) -> RunResult:
+        """The loop between its two database writes: running before it (for crash recovery), finished after."""
+        model = self.deps.model.name
+        await self.store.start_run(
+            state.run_id, state.conversation_key, platform, state.user.id, question, model, PROCESS_OWNER
+        )
+        result = await run_agent(self.deps, state, stop)
+        await self._persist(result)  # first, so a give-up's case carries this run's trace
+        log.info("run %s ended: %s", result.run_id, result.reason.value)
+        return result
 
     async def _settle(self, result: RunResult, link: str | None = None) -> Outcome:
         """Turn the loop's result into what the user sees, storing what must outlive the process."""
@@ -291,7 +357,13 @@ def _place(inbound: Inbound) -> Place:
         channel=inbound.channel,
         thread=inbound.thread,
         link=inbound.link,
+        address=inbound.address,
     )
+
+
+def _user_key(inbound: Inbound) -> str:
+    """One person across threads and replicas: platform, workspace or tenant, user id."""
+    return f"{inbound.platform}:{inbound.tenant}:{inbound.user.id}"
 
 
 def _failed(result: dict[str, Any]) -> bool:

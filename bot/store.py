@@ -24,17 +24,16 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     JSON,
-    DateTime,
-    Dialect,
+    BigInteger,
     Float,
     Index,
     Integer,
     MetaData,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     and_,
+    case,
     event,
     func,
     or_,
@@ -47,6 +46,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from bot.db_types import UtcDateTime
 from bot.types import Message, PendingAction
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
-RunStatus = Literal["running", "finished"]
+RunStatus = Literal["running", "recovering", "finished"]
+SchemaPolicy = Literal["auto", "upgrade", "require"]
 DeliveryState = Literal["pending", "sending", "delivered", "failed"]
 PendingState = Literal["open", "executing", "done", "failed", "cancelled", "expired", "unknown"]
 
@@ -62,25 +63,6 @@ PendingState = Literal["open", "executing", "done", "failed", "cancelled", "expi
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC: the only kind of time the store accepts."""
     return datetime.now(UTC)
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """A timestamp that is always aware UTC, whatever the database hands back."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; pass a timezone-aware time")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _json() -> JSON:
@@ -191,6 +173,28 @@ class ThreadPlace(Base):
     thread: Mapped[str] = mapped_column(String(255))
     link: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    address: Mapped[dict[str, Any] | None] = mapped_column(_json())  # how to post here unprompted (Teams)
+
+
+class Worker(Base):
+    """A serving process and its last heartbeat: the sweeper takes over runs of processes gone quiet."""
+
+    __tablename__ = "workers"
+
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class RateWindow(Base):
+    """A sliding-window counter (this fixed window and the one before), shared by every replica."""
+
+    __tablename__ = "rate_windows"
+
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    window_index: Mapped[int] = mapped_column(BigInteger, index=True)  # floor(epoch seconds / window length)
+    count: Mapped[int] = mapped_column(Integer)
+    previous: Mapped[int] = mapped_column(Integer)
 
 
 class Handoff(Base):
@@ -309,6 +313,7 @@ class Place:
     channel: str
     thread: str
     link: str | None
+    address: dict[str, Any] | None = None  # the platform's reference for posting here later
 
 
 @dataclass(frozen=True)
@@ -389,10 +394,22 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _prepare_sqlite_file(url: str) -> None:
+def prepare_sqlite_file(url: str) -> None:
+    """Make the directory of a SQLite database file (SQLite makes the file, not its folders)."""
     database = make_url(url).database
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+async def _ensure_schema(engine: AsyncEngine, url: str, policy: SchemaPolicy) -> None:
+    from bot import migrate  # Alembic loads only for processes that open a store
+
+    if policy == "auto":
+        policy = "upgrade" if engine.dialect.name == "sqlite" else "require"
+    if policy == "upgrade":
+        await migrate.upgrade(engine)
+    else:
+        migrate.require_head(await migrate.schema_state(engine), url)
 
 
 class Store:
@@ -404,18 +421,28 @@ class Store:
         self._insert: Callable[..., Any] = sqlite_insert if dialect == "sqlite" else pg_insert
 
     @classmethod
-    async def open(cls, url: str, *, connect_args: Mapping[str, Any] | None = None) -> Store:
-        """Connect and create missing tables; ``connect_args`` go to the driver (tests: a search_path)."""
+    async def open(
+        cls, url: str, *, connect_args: Mapping[str, Any] | None = None, schema: SchemaPolicy = "auto"
+    ) -> Store:
+        """Connect and make sure the schema is this release's; ``connect_args`` go to the driver.
+
+        ``schema``: "upgrade" migrates to head, "require" refuses (``DatabaseNotReady``) unless at head,
+        "auto" upgrades the embedded SQLite default and requires PostgreSQL to be upgraded by an
+        operator (``policypal db upgrade``), since replicas share it. See ``bot.migrate``.
+        """
         dialect = make_url(url).get_backend_name()
         if dialect not in SUPPORTED_DIALECTS:
             raise ValueError(f"unsupported database {dialect!r}; use sqlite+aiosqlite or postgresql+asyncpg")
         if dialect == "sqlite":
-            _prepare_sqlite_file(url)
+            prepare_sqlite_file(url)
         engine = create_async_engine(url, connect_args=dict(connect_args or {}), pool_pre_ping=dialect != "sqlite")
         if dialect == "sqlite":
             event.listen(engine.sync_engine, "connect", _tune_sqlite)
-        async with engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
+        try:
+            await _ensure_schema(engine, url, schema)
+        except BaseException:
+            await engine.dispose()
+            raise
         return cls(engine)
 
     async def close(self) -> None:
@@ -532,12 +559,99 @@ class Store:
             return (await conn.execute(stmt)).rowcount == 1
 
     async def running_runs(self, owner: str | None = None) -> list[RunRow]:
-        """Runs never finished, optionally of one owner process: candidates for crash recovery."""
-        stmt = select(Run.__table__).where(Run.status == "running").order_by(Run.started_at)
+        """Runs never finished (running, or taken over for recovery), optionally of one owner process."""
+        stmt = select(Run.__table__).where(Run.status != "finished").order_by(Run.started_at)
         if owner is not None:
             stmt = stmt.where(Run.owner == owner)
         async with self._engine.connect() as conn:
             return [_run_row(row) for row in await conn.execute(stmt)]
+
+    # -- serving: readiness, heartbeats, crash recovery, shared rate windows ----------------------
+
+    async def ping(self) -> None:
+        """One round trip to the database, for readiness checks."""
+        async with self._engine.connect() as conn:
+            await conn.execute(select(1))
+
+    async def heartbeat(self, owner: str, started_at: datetime) -> None:
+        """Say this process is alive (one upsert): the sweeper tells dead runs from slow ones by it."""
+        now = utcnow()
+        stmt = self._insert(Worker).values(owner=owner, started_at=started_at, heartbeat_at=now)
+        stmt = stmt.on_conflict_do_update(index_elements=["owner"], set_={"heartbeat_at": now})
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt)
+
+    async def forget_worker(self, owner: str) -> None:
+        """A process that stopped cleanly removes its heartbeat."""
+        async with self._engine.begin() as conn:
+            await conn.execute(Worker.__table__.delete().where(Worker.owner == owner))
+
+    async def heartbeats(self) -> dict[str, datetime]:
+        """Every known process and its last heartbeat."""
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(select(Worker.owner, Worker.heartbeat_at))
+            return {row.owner: row.heartbeat_at for row in rows}
+
+    async def prune_workers(self, before: datetime) -> int:
+        """Forget processes silent since ``before`` (their runs are recovered by then)."""
+        async with self._engine.begin() as conn:
+            return (await conn.execute(Worker.__table__.delete().where(Worker.heartbeat_at < before))).rowcount
+
+    async def take_over_run(self, run_id: str, from_owner: str, to_owner: str) -> bool:
+        """Claim a dead process's unfinished run for recovery in one conditional UPDATE; True for the winner."""
+        stmt = (
+            update(Run)
+            .where(Run.id == run_id, Run.owner == from_owner, Run.status.in_(("running", "recovering")))
+            .values(status="recovering", owner=to_owner)
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def abandon_run(self, run_id: str, owner: str, reason: str) -> bool:
+        """Finish a run taken over for recovery with ``reason``; only its new owner may."""
+        stmt = (
+            update(Run)
+            .where(Run.id == run_id, Run.owner == owner, Run.status == "recovering")
+            .values(status="finished", reason=reason, finished_at=utcnow())
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def count_hit(self, key: str, window_index: int) -> tuple[int, int, int]:
+        """Count one hit for ``key`` in one statement; returns (this window's count, the previous one's, window).
+
+        An upsert whose SET reads the old row: same window, add one; the next window, the old count
+        becomes ``previous``; later, both start over. A replica whose clock runs behind counts into the
+        newer window instead of resetting it.
+        """
+        table = RateWindow
+        stmt = self._insert(table).values(key=key, window_index=window_index, count=1, previous=0)
+        new = stmt.excluded.window_index
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["key"],
+            set_={
+                "count": case((table.window_index >= new, table.count + 1), else_=1),
+                "previous": case(
+                    (table.window_index >= new, table.previous), (table.window_index == new - 1, table.count), else_=0
+                ),
+                "window_index": case((table.window_index > new, table.window_index), else_=new),
+            },
+        ).returning(table.count, table.previous, table.window_index)
+        async with self._engine.begin() as conn:
+            row = (await conn.execute(stmt)).one()
+        return int(row.count), int(row.previous), int(row.window_index)
+
+    async def prune_rate_windows(self, before_index: int) -> int:
+        """Drop counters whose windows no longer count."""
+        stmt = RateWindow.__table__.delete().where(RateWindow.window_index < before_index)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount
+
+    async def pending_counts(self) -> dict[str, int]:
+        """How many pending actions are in each state (for metrics)."""
+        stmt = select(PendingActionRow.state, func.count()).group_by(PendingActionRow.state)
+        async with self._engine.connect() as conn:
+            return {state: int(count) for state, count in await conn.execute(stmt)}
 
     # -- local tickets ---------------------------------------------------------------------------
 

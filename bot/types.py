@@ -55,6 +55,7 @@ class Inbound:
     event_id: str
     tenant: str = ""
     link: str | None = None  # a link back to the message (Slack permalink, Teams deep link)
+    address: dict[str, Any] | None = None  # how to post in this thread later, unprompted (Teams' reference)
 
     @property
     def conversation_key(self) -> str:

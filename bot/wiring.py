@@ -6,6 +6,7 @@ Destinations that need a platform client (Slack, Teams) are built by the composi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
@@ -17,13 +18,16 @@ from bot.budget import Budgets
 from bot.config import ConfigError, Settings
 from bot.handoff import Destination, Helpdesk, TranscriptLimits
 from bot.llm import build_model
+from bot.metrics import Metrics
 from bot.outbox import Outbox, OutboxPolicy
 from bot.pending import PendingActions
 from bot.policy_tools import Searcher, policy_tools
 from bot.pricing import PriceTable, UnknownPrice
+from bot.ratelimit import Admission, RunSlots, UserRateLimit
 from bot.redaction import Redactor
 from bot.service import PolicyPal
 from bot.store import Store
+from bot.sweeper import SweepPolicy
 from bot.ticket_backends import build_ticket_backend
 from bot.tickets import TicketBackend
 from bot.turn import TurnLimits
@@ -31,6 +35,7 @@ from bot.types import ChatModel
 
 log = logging.getLogger(__name__)
 
+RUN_MARGIN_S = 60.0  # beyond the deadline: persisting and replying; no live run is older
 SAMPLE_POLICIES = Path(__file__).resolve().parent.parent / "examples" / "policies"
 
 
@@ -70,11 +75,13 @@ async def open_service(
     searcher: Searcher | None = None,
     model: ChatModel | None = None,
     destinations: Sequence[Destination] | None = None,
+    serving: bool = False,
 ) -> PolicyPal:
     """Open store, index, model, tickets and helpdesk; tests pass their own searcher or model.
 
     ``destinations``: where handoff cases go besides the local store (composition roots pass
-    ``adapters.helpdesk_destinations.destinations(settings)``).
+    ``adapters.helpdesk_destinations.destinations(settings)``). ``serving``: apply the per-user rate
+    limit and the per-process cap on concurrent runs (the server; the terminal has one user).
     """
     if destinations is None:
         _warn_if_destinations_configured(settings)
@@ -95,12 +102,38 @@ async def open_service(
             await owned_index.aclose()
         raise
     pending = PendingActions(store, ttl=timedelta(seconds=settings.pending_ttl_s))
-    outbox, helpdesk = helpdesk_for(settings, store, destinations, deps.budgets)
+    metrics = Metrics()
+    outbox, helpdesk = helpdesk_for(settings, store, destinations, deps.budgets, metrics)
     service = PolicyPal(
-        deps, store, pending, searcher=owned_index, helpdesk=helpdesk, outbox=outbox, resources=[tickets, *destinations]
+        deps,
+        store,
+        pending,
+        searcher=owned_index,
+        helpdesk=helpdesk,
+        outbox=outbox,
+        resources=[tickets, *destinations],
+        admission=admission_for(settings, store) if serving else None,
+        metrics=metrics,
     )
     await service.recover()
     return service
+
+
+def admission_for(settings: Settings, store: Store) -> Admission:
+    """The per-user limit (shared through the database) and this process's cap on runs at once."""
+    return Admission(
+        UserRateLimit(store, settings.user_runs_per_minute),
+        RunSlots(settings.max_concurrent_runs, settings.busy_wait_s),
+    )
+
+
+def sweep_policy(settings: Settings) -> SweepPolicy:
+    """Sweep often enough that a dead replica's users hear back within about half a minute."""
+    return SweepPolicy(
+        interval_s=settings.sweep_interval_s,
+        stale_after_s=settings.worker_stale_s,
+        max_run_s=settings.deadline_s + RUN_MARGIN_S,
+    )
 
 
 def outbox_policy(settings: Settings) -> OutboxPolicy:
@@ -113,11 +146,16 @@ def outbox_policy(settings: Settings) -> OutboxPolicy:
 
 
 def helpdesk_for(
-    settings: Settings, store: Store, destinations: Sequence[Destination], budgets: Budgets | None = None
+    settings: Settings,
+    store: Store,
+    destinations: Sequence[Destination],
+    budgets: Budgets | None = None,
+    metrics: Metrics | None = None,
 ) -> tuple[Outbox, Helpdesk]:
     """The outbox that delivers cases and the helpdesk that opens them, sharing one redactor."""
     redactor = Redactor(settings.secret_values())
-    outbox = Outbox(store, destinations, outbox_policy(settings), redactor=redactor)
+    count = (lambda r: metrics.observe_delivery(r.destination, r.status)) if metrics is not None else None
+    outbox = Outbox(store, destinations, outbox_policy(settings), redactor=redactor, on_result=count)
     helpdesk = Helpdesk(
         store,
         outbox.names,
@@ -145,6 +183,10 @@ class OwnedIndex:
 
     async def asearch(self, query: str, k: int = 5, filter: Any = None) -> Any:
         return await self._index.asearch(query, k, filter)
+
+    async def ping(self) -> int:
+        """Chunks in the index: one cheap call that proves the index (or the Qdrant server) answers."""
+        return int(await asyncio.to_thread(self._index.count))
 
     async def aclose(self) -> None:
         self._index.close()

@@ -189,6 +189,7 @@ class Embedder:
         self._sparse: SparseTextEmbedding | None = None
         self._tokenizer: Tokenizer | None = None
         self._count_tokens: Callable[[str], int] | None = None
+        self._bundled_dir: Path | None = None
 
     @classmethod
     def from_config(cls, cfg: RetrievalConfig) -> Embedder:
@@ -222,7 +223,7 @@ class Embedder:
         """The model's tokenizer; for the bundled model this avoids loading ONNX."""
         if self._tokenizer is None:
             if is_bundled(self.model_name):
-                self._tokenizer = load_tokenizer(bundled_model_dir(self._cache_dir))
+                self._tokenizer = load_tokenizer(self._bundled_model_dir())
             else:
                 dense, _sparse = self._models()
                 self._tokenizer = dense.model.tokenizer  # type: ignore[attr-defined]
@@ -232,6 +233,12 @@ class Embedder:
         """Load both models now (a server does this at start, not on its first question)."""
         self._models()
         return self
+
+    def _bundled_model_dir(self) -> Path:
+        """Verified once per Embedder: hashing the model file costs tens of milliseconds."""
+        if self._bundled_dir is None:
+            self._bundled_dir = bundled_model_dir(self._cache_dir)
+        return self._bundled_dir
 
     def _models(self) -> tuple[TextEmbedding, SparseTextEmbedding]:
         with self._lock:
@@ -243,11 +250,11 @@ class Embedder:
     def _load_dense(self) -> TextEmbedding:
         from fastembed import TextEmbedding
 
-        # The arena keeps the high-water mark of every batch shape: off, indexing memory stays flat.
+        # ONNX's arena keeps the high-water mark of every batch shape. Measured on the sample corpus at
+        # batch 16: arena off 604 MB peak, on 705 MB and ~15% faster; at batch 64 with it on, 1.8 GB.
         options: dict[str, Any] = {"enable_cpu_mem_arena": False}
         if is_bundled(self.model_name):
-            model_dir = bundled_model_dir(self._cache_dir)
-            return TextEmbedding(BUNDLED_MODEL, specific_model_path=str(model_dir), **options)
+            return TextEmbedding(BUNDLED_MODEL, specific_model_path=str(self._bundled_model_dir()), **options)
         try:
             return TextEmbedding(self.model_name, cache_dir=str(self._cache_dir / "fastembed"), **options)
         except Exception as exc:  # a hub or network failure surfaces as many exception types

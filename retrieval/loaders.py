@@ -105,6 +105,9 @@ def _load_one(candidate: _Candidate, report: LoadReport, bodies: dict[str, str],
     try:
         parsed = _parse(candidate.path)
         document = _document(candidate, parsed)
+    except NoBodyText as exc:
+        report.notes.append((candidate.path, str(exc)))
+        return
     except ExtractError as exc:
         report.failures.append(LoadFailure(candidate.path, str(exc)))
         return
@@ -223,11 +226,15 @@ def _document(candidate: _Candidate, parsed: _Parsed) -> Document:
     return Document(meta.doc_id or candidate.doc_id, title, source, parsed.text, digest, meta.section, meta.audience)
 
 
+class NoBodyText(ExtractError):
+    """A page that is only a title (a stub): nothing to index, worth a note but not a failure."""
+
+
 def _require_body(text: str) -> None:
     if not text.strip():
         raise ExtractError("no text after conversion")
     if all(line.startswith("#") or not line.strip() for line in text.splitlines()):
-        raise ExtractError("only headings, no body text")
+        raise NoBodyText("skipped: only headings, no body text")
 
 
 def _first_h1(text: str) -> str | None:

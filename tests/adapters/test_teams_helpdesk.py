@@ -54,7 +54,8 @@ async def test_a_case_is_posted_to_the_helpdesk_channel_as_a_card():
         destination = TeamsChannelDestination(settings_for(channel))
         posted_id = await destination.deliver(CASE)
 
-    (posted,) = channel.messages()
+    posted, transcript = channel.messages()
+    assert transcript.conversation_id == f"{HELPDESK_CHANNEL};messageid={posted.id}"  # in the card's thread
     assert destination.name == "teams"
     assert posted.kind == "send" and posted.conversation_id == HELPDESK_CHANNEL and posted_id == posted.id
     (card,) = posted.cards

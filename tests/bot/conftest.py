@@ -33,7 +33,7 @@ class Database:
     _opened: list[Store] = field(default_factory=list)
 
     async def open(self) -> Store:
-        store = await Store.open(self.url, connect_args=self.connect_args)
+        store = await Store.open(self.url, connect_args=self.connect_args, schema="upgrade")
         self._opened.append(store)
         return store
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -59,3 +61,12 @@ def last_tool_results(request: RecordedRequest) -> list[Any]:
             break
         tail.insert(0, json.loads(message["content"]))
     return tail
+
+
+async def eventually(condition: Callable[[], object], timeout_s: float = 5.0) -> None:
+    """Wait until ``condition()`` is true (background work a test cannot await directly)."""
+    async with asyncio.timeout(timeout_s):
+        for _ in itertools.count():
+            if condition():
+                return
+            await asyncio.sleep(0.01)

@@ -74,6 +74,9 @@ async def test_a_step_budget_give_up_in_teams_names_the_case_and_the_helpdesk_ch
             thread = f"{CHANNEL};messageid={activity['id']}"
             reply = await channel.wait_for(lambda r: r.type == "message" and r.conversation_id == thread)
             card_post = await channel.wait_for(lambda r: r.type == "message" and r.conversation_id == HELPDESK)
+            transcript = await channel.wait_for(
+                lambda r: r.type == "message" and r.conversation_id == f"{HELPDESK};messageid={card_post.id}"
+            )
             await delivered(service.store)
             case = await service.store.get_handoff(1)
         finally:
@@ -89,6 +92,7 @@ async def test_a_step_budget_give_up_in_teams_names_the_case_and_the_helpdesk_ch
     facts = {f["title"]: f["value"] for block in card["body"] if "facts" in block for f in block["facts"]}
     assert facts["Case"] == "HD-1001"
     assert "Do I need receipts for taxis?" in str(card["body"])
+    assert "HD-1001" in transcript.text and "expense receipts" in transcript.text  # the whole transcript
 
 
 async def delivered(store, timeout: float = 5.0) -> None:

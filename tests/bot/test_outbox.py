@@ -9,7 +9,8 @@ from datetime import timedelta
 from bot.config import Settings
 from bot.handoff import HandoffCase, Helpdesk
 from bot.handoff_report import show_handoffs
-from bot.outbox import Outbox, OutboxPolicy
+from bot.metrics import Metrics
+from bot.outbox import DeliveryResult, Outbox, OutboxPolicy
 from bot.store import Store, utcnow
 from bot.types import UserRef
 
@@ -146,3 +147,18 @@ async def test_the_cli_lists_failed_deliveries_with_their_error(tmp_path) -> Non
     text = out.getvalue()
     assert "HD-1001" in text and "failed" in text
     assert "hook (1 attempts): ConnectionError: helpdesk endpoint unreachable" in text
+
+
+async def test_every_attempts_outcome_reaches_the_metrics(database: Database) -> None:
+    store = await database.open()
+    await open_case(store)
+    metrics = Metrics()
+
+    def count(result: DeliveryResult) -> None:
+        metrics.observe_delivery(result.destination, result.status)
+
+    await Outbox(store, [Recorder(failures=1)], QUICK, on_result=count).run_once()
+    await Outbox(store, [Recorder()], QUICK, clock=later(120), on_result=count).run_once()
+    text = metrics.render().decode()
+    assert 'policypal_handoff_deliveries_total{destination="hook",outcome="retrying"} 1.0' in text
+    assert 'policypal_handoff_deliveries_total{destination="hook",outcome="delivered"} 1.0' in text

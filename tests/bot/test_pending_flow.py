@@ -211,3 +211,19 @@ async def test_an_action_left_executing_by_a_dead_process_is_marked_unknown_not_
         assert await restarted.store.count_tickets() == 0
     assert record.state == "unknown"
     assert decided.status == "already_decided"
+
+
+async def test_on_result_hears_the_ticket_before_the_model_continues(tmp_path, fake_openai, sample_index):
+    heard = []
+
+    async def on_result(early):
+        heard.append((early.status, early.result, early.reply, len(fake_openai.requests)))
+
+    fake_openai.script(propose(), text("Ticket IT-1001 raised."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash, on_result)
+    ((status, result, early_reply, requests_then),) = heard
+    assert status == "confirmed" and result["ticket_id"] == "IT-1001"
+    assert early_reply is None and requests_then == 1  # the model had not been called again yet
+    assert decided.reply.reason == TerminationReason.ANSWERED

@@ -27,6 +27,10 @@ DISTRACTORS = [
     )
     for n, system in enumerate(["VPN", "wifi", "mail client", "printer", "build server", "wiki"])
 ]
+# A code in a passage about something else: the dense model ranks it low for a certificate question.
+PRINTER = make_doc(
+    "printers.md", "# Printers\n\n## Status codes\n\nIf the panel shows ZQ-5518, the toner drawer is open: close it.\n"
+)
 
 
 @pytest.fixture(scope="module", params=["edge", "qdrant-client"])
@@ -43,7 +47,7 @@ def index(request: pytest.FixtureRequest, embedder: Embedder, tmp_path_factory: 
 
         backend = QdrantBackend(QdrantClient(location=":memory:"), cfg.collection)
     with PolicyIndex.open(cfg, create=True, embedder=embedder, backend=backend) as index:
-        index.index_documents([*sample_corpus(), *DISTRACTORS], root="/policies")
+        index.index_documents([*sample_corpus(), *DISTRACTORS, PRINTER], root="/policies")
         yield index
 
 
@@ -56,6 +60,14 @@ def test_an_exact_error_code_is_found_first(index: PolicyIndex) -> None:
 
     assert result.sparse[0].payload["doc_id"] == "vpn.md"
     assert _doc_ids(index.search("KX-7731"))[0] == "vpn.md"
+
+
+def test_an_exact_code_the_dense_model_misses_is_still_returned(index: PolicyIndex) -> None:
+    question = "certificate error ZQ-5518 on my laptop"
+    dense_only = [hit.payload["doc_id"] for hit in index.retrieve(question, k=5).dense[:5]]
+
+    assert "printers.md" not in dense_only
+    assert "printers.md" in _doc_ids(index.search(question, k=5))
 
 
 def test_paraphrased_questions_find_the_right_policy(index: PolicyIndex) -> None:

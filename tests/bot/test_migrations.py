@@ -1,0 +1,121 @@
+"""Alembic migrations: an empty database upgraded to head has exactly the models' schema, on both engines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from bot import migrate
+from bot.store import Base, Store
+from tests.bot.conftest import Database
+
+
+def _engine(database: Database) -> AsyncEngine:
+    return create_async_engine(database.url, connect_args=database.connect_args)
+
+
+def _differences(connection: Connection) -> list[Any]:
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    return list(compare_metadata(context, Base.metadata))
+
+
+async def _run(engine: AsyncEngine, work: Any) -> Any:
+    async with engine.begin() as conn:
+        return await conn.run_sync(work)
+
+
+def _to(revision: str) -> Any:
+    def move(connection: Connection) -> None:
+        config = migrate.alembic_config()
+        config.attributes["connection"] = connection
+        if revision == "base":
+            command.downgrade(config, "base")
+        else:
+            command.upgrade(config, revision)
+
+    return move
+
+
+async def test_an_empty_database_upgraded_to_head_matches_the_models(database: Database):
+    engine = _engine(database)
+    try:
+        before = await migrate.upgrade(engine)
+        after = await migrate.schema_state(engine)
+        differences = await _run(engine, _differences)
+    finally:
+        await engine.dispose()
+    assert before.empty and before.current is None
+    assert after.at_head and after.current == migrate.head_revision()
+    assert differences == []
+
+
+async def test_every_migration_goes_down_to_nothing_and_back_up(database: Database):
+    engine = _engine(database)
+    try:
+        await migrate.upgrade(engine)
+        await _run(engine, _to("base"))
+        emptied = await migrate.schema_state(engine)
+        await _run(engine, _to("head"))
+        differences = await _run(engine, _differences)
+    finally:
+        await engine.dispose()
+    assert emptied.empty and emptied.current is None
+    assert differences == []
+
+
+async def test_a_database_made_before_migrations_is_adopted_and_upgraded(database: Database):
+    engine = _engine(database)
+    try:
+        await _run(engine, _to(migrate.BASELINE))
+        async with engine.begin() as conn:  # what create_all left: the tables, no version table
+            await conn.execute(text("DROP TABLE alembic_version"))
+        assert (await migrate.schema_state(engine)).unversioned
+        store = await Store.open(database.url, connect_args=database.connect_args, schema="upgrade")
+        await store.close()
+        differences = await _run(engine, _differences)
+        after = await migrate.schema_state(engine)
+    finally:
+        await engine.dispose()
+    assert after.at_head and differences == []
+
+
+@pytest.mark.postgres
+async def test_postgres_is_not_upgraded_behind_the_operators_back(database: Database):
+    if database.url.startswith("sqlite"):
+        pytest.skip("the embedded SQLite default upgrades itself")
+    with pytest.raises(migrate.DatabaseNotReady, match="run `policypal db upgrade` once"):
+        await Store.open(database.url, connect_args=database.connect_args)
+    engine = _engine(database)
+    try:
+        await _run(engine, _to(migrate.BASELINE))
+        with pytest.raises(migrate.DatabaseNotReady, match=f"at revision {migrate.BASELINE}; this release needs"):
+            await Store.open(database.url, connect_args=database.connect_args)
+        await migrate.upgrade(engine)
+    finally:
+        await engine.dispose()
+    store = await Store.open(database.url, connect_args=database.connect_args)
+    await store.close()
+
+
+async def test_the_embedded_default_upgrades_itself_when_opened(tmp_path):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'policypal.db'}"
+    store = await Store.open(url)
+    await store.close()
+    engine = create_async_engine(url)
+    try:
+        assert (await migrate.schema_state(engine)).at_head
+    finally:
+        await engine.dispose()
+
+
+def test_a_revision_this_release_does_not_know_is_refused_with_advice():
+    state = migrate.SchemaState("9999_future", migrate.head_revision(), frozenset({"0001_baseline"}), frozenset())
+    message = migrate.problem(state, "postgresql+asyncpg://bot:s3cret@db/policypal")
+    assert message is not None and "does not know" in message and "s3cret" not in message

@@ -1,0 +1,173 @@
+"""`policypal serve` as a process: ready, observable, polite under load, and nobody left without an answer.
+
+Each test starts the real server (``python -m bot.cli serve``) in a subprocess on a copy of a small
+index, with the fake OpenAI and Slack servers in threads of this process, and talks to it as Slack
+does: signed events over loopback HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from tests.fakes.openai_server import FakeOpenAI, delay, text, tool_calls
+from tests.fakes.slack_api import FakeSlackAPI, SlackCall, dm_event, event_envelope
+from tests.server.harness import API_KEY, SECRET, metric, policypal, running, server_env, wait_calls, wait_until
+
+ALICE, BOB, CAROL = "U_ALICE", "U_BOB", "U_CAROL"
+ANSWER = "Yes, for up to four weeks a year with your manager's approval [Remote Work Policy › Working abroad]."
+
+
+def in_thread(event: dict) -> callable:
+    return lambda call: call.get("thread_ts") == event["ts"]
+
+
+def reply_text(call: SlackCall) -> str:
+    return f"{call.get('text', '')}\n{call.block_text}"
+
+
+def test_a_ready_server_answers_counts_the_run_and_logs_json_with_its_context(
+    tmp_path: Path, built_index: Path, model: FakeOpenAI, slack: FakeSlackAPI
+):
+    model.script(tool_calls(("search_policies", {"query": "work abroad"})), text(ANSWER))
+    env = server_env(tmp_path, built_index, model, slack)
+    with running(env, tmp_path) as server:
+        assert server.get("/healthz") == (200, '{"status": "ok"}')
+        status, body = server.get("/readyz")
+        assert status == 200 and json.loads(body)["checks"] == {"database": "ok", "index": "ok", "slack": "ok"}
+        event = dm_event(ALICE, "Can I work abroad for three weeks?")
+        assert server.send_event(event_envelope(event)) == 200
+        (reply,) = wait_calls(slack, "chat.postMessage", where=in_thread(event))
+        assert "four weeks" in reply_text(reply)
+        status, metrics = server.get("/metrics")
+        index_in_use = policypal(["index", str(built_index.parent / "policies")], env, tmp_path)
+        assert server.stop(signal.SIGTERM) == 0
+    assert metric(metrics, "policypal_runs_total", reason="answered", platform="slack") == 1.0
+    assert metric(metrics, "policypal_run_steps_count") == 1.0 and metric(metrics, "policypal_run_steps_sum") == 2.0
+    assert metric(metrics, "policypal_run_tokens_count") == 1.0 and metric(metrics, "policypal_run_cost_usd_sum") > 0
+    assert metric(metrics, "policypal_model_latency_seconds_count") == 2.0
+    assert metric(metrics, "policypal_tool_latency_seconds_count", tool="search_policies") == 1.0
+    assert metric(metrics, "policypal_platform_requests_total", platform="slack", status="200") == 1.0
+    assert metric(metrics, "policypal_pending_actions", state="open") == 0.0
+    # The index is held by the server: indexing elsewhere fails, saying why and what to do.
+    assert index_in_use.returncode == 1 and "in use by another process" in index_in_use.stderr
+    assert "POLICYPAL_QDRANT_URL" in index_in_use.stderr
+    lines = server.log_lines()
+    run_lines = [line for line in lines if line.get("run_id")]
+    assert run_lines and all(line["platform"] == "slack" and line["conversation"] for line in run_lines)
+    assert any("ended: answered" in line["message"] for line in run_lines)
+    assert API_KEY not in server.logs() and SECRET not in server.logs()
+
+
+def test_sigterm_lets_a_quick_run_finish_and_gives_a_slow_one_the_give_up_and_a_case(
+    tmp_path: Path, built_index: Path, model: FakeOpenAI, slack: FakeSlackAPI
+):
+    model.script(delay(0.5, text("Quick answer.")), delay(60, text("Never sent.")))
+    env = server_env(tmp_path, built_index, model, slack, POLICYPAL_SHUTDOWN_GRACE_S="1.5")
+    with running(env, tmp_path) as server:
+        quick, slow = dm_event(ALICE, "quick question"), dm_event(BOB, "slow question", channel="D0BOB")
+        server.send_event(event_envelope(quick))
+        wait_until(lambda: len(model.requests) == 1, what="the quick run's model call")
+        server.send_event(event_envelope(slow))
+        wait_until(lambda: len(model.requests) == 2, what="the slow run's model call")
+        started = time.monotonic()
+        code = server.stop(signal.SIGTERM)
+        took = time.monotonic() - started
+    (quick_reply,) = slack.calls_to("chat.postMessage", in_thread(quick))
+    (slow_reply,) = slack.calls_to("chat.postMessage", in_thread(slow))
+    assert code == 0 and took < 15, (code, took, server.logs())
+    assert "Quick answer." in reply_text(quick_reply)
+    assert "stopped before it finished" in reply_text(slow_reply) and "HD-1001" in reply_text(slow_reply)
+
+
+def test_a_run_killed_with_its_process_is_answered_and_handed_off_after_restart(
+    tmp_path: Path, built_index: Path, model: FakeOpenAI, slack: FakeSlackAPI
+):
+    model.script(delay(60, text("Never sent.")))
+    env = server_env(tmp_path, built_index, model, slack)
+    event = dm_event(ALICE, "Can I expense a hotel upgrade?")
+    with running(env, tmp_path, "first") as server:
+        server.send_event(event_envelope(event))
+        wait_until(lambda: model.requests, what="the run's model call")
+        server.stop(signal.SIGKILL)
+    assert slack.calls_to("chat.postMessage", in_thread(event)) == []
+    with running(env, tmp_path, "restarted") as server:
+        (recovered,) = wait_calls(slack, "chat.postMessage", where=in_thread(event))
+        _, metrics = server.get("/metrics")
+    assert recovered["channel"] == event["channel"]
+    assert "stopped before it finished" in reply_text(recovered) and "HD-1001" in reply_text(recovered)
+    assert metric(metrics, "policypal_recovered_total", kind="run") == 1.0
+
+
+def test_too_many_questions_and_a_full_process_get_polite_replies(
+    tmp_path: Path, built_index: Path, model: FakeOpenAI, slack: FakeSlackAPI
+):
+    model.script(text("One."), text("Two."), delay(3, text("Carol's answer.")))
+    env = server_env(
+        tmp_path,
+        built_index,
+        model,
+        slack,
+        POLICYPAL_USER_RUNS_PER_MINUTE="2",
+        POLICYPAL_MAX_CONCURRENT_RUNS="1",
+        POLICYPAL_BUSY_WAIT_S="0.2",
+    )
+    with running(env, tmp_path) as server:
+        alice = [dm_event(ALICE, f"question {n}") for n in range(3)]
+        for event in alice:
+            server.send_event(event_envelope(event))
+            wait_calls(slack, "chat.postMessage", where=in_thread(event))
+        carol = dm_event(CAROL, "a slow one", channel="D0CAROL")
+        server.send_event(event_envelope(carol))
+        wait_until(lambda: len(model.requests) == 3, what="Carol's run")
+        bob = dm_event(BOB, "me too", channel="D0BOB")
+        server.send_event(event_envelope(bob))
+        (busy,) = wait_calls(slack, "chat.postMessage", where=in_thread(bob))
+        (carols,) = wait_calls(slack, "chat.postMessage", where=in_thread(carol))
+        _, metrics = server.get("/metrics")
+    (limited,) = slack.calls_to("chat.postMessage", in_thread(alice[2]))
+    assert "2 questions in the last minute" in reply_text(limited)
+    assert "answering a lot of questions right now" in reply_text(busy)
+    assert "Carol's answer." in reply_text(carols) and len(model.requests) == 3
+    assert metric(metrics, "policypal_refused_messages_total", reason="rate_limited", platform="slack") == 1.0
+    assert metric(metrics, "policypal_refused_messages_total", reason="busy", platform="slack") == 1.0
+
+
+def test_a_bad_configuration_is_refused_with_every_problem_listed(tmp_path: Path, model: FakeOpenAI):
+    env = server_env(
+        tmp_path,
+        tmp_path / "no-index-here",
+        model,
+        SLACK_BOT_TOKEN="xoxb-only-the-token",
+        MicrosoftAppId="1f3c-app-id-without-password",
+        POLICYPAL_DATABASE_URL="postgresql+asyncpg://bot:hunter2hunter2@127.0.0.1:1/policypal",
+        POLICYPAL_MODEL="our-own-llama",
+        POLICYPAL_HELPDESK_WEBHOOK_URL="https://helpdesk.example.com/hook",
+    )
+    served = policypal(["serve", "--port", "1"], env, tmp_path)
+    checked = policypal(["config", "check"], env, tmp_path)
+    assert served.returncode == checked.returncode == 2
+    assert served.stderr.strip().endswith(checked.stderr.strip())
+    message = checked.stderr
+    assert "PolicyPal cannot start: 6 configuration problems." in message, message
+    for expected in (
+        "Cannot reach the database postgresql+asyncpg://bot:***@127.0.0.1:1/policypal",
+        "No policy index at",
+        "No price is known for model 'our-own-llama'",
+        "neither SLACK_SIGNING_SECRET (HTTP) nor SLACK_APP_TOKEN (Socket Mode) is",
+        "Teams: set both MicrosoftAppId and MicrosoftAppPassword",
+        "POLICYPAL_HELPDESK_WEBHOOK_URL needs POLICYPAL_HELPDESK_WEBHOOK_SECRET",
+    ):
+        assert expected in message, (expected, message)
+    assert "hunter2hunter2" not in message
+
+
+def test_config_check_of_a_good_configuration_says_what_would_run(
+    tmp_path: Path, built_index: Path, model: FakeOpenAI, slack: FakeSlackAPI
+):
+    checked = policypal(["config", "check"], server_env(tmp_path, built_index, model, slack), tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert "Configuration OK." in checked.stdout and "Slack:    on" in checked.stdout
+    assert not (tmp_path / "policypal.db").exists()  # a check changes nothing
