@@ -43,14 +43,29 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def drive(server: Server, slack: FakeSlackAPI, runs: int, concurrency: int, first: int) -> float:
+class Replies:
+    """Counts the bot's posts as they arrive, reading only the calls not seen yet (the list keeps growing)."""
+
+    def __init__(self, slack: FakeSlackAPI) -> None:
+        self._calls = slack.calls
+        self._seen = 0
+        self.count = 0
+
+    def update(self) -> int:
+        new = self._calls[self._seen :]
+        self._seen += len(new)
+        self.count += sum(1 for call in new if call.method == "chat.postMessage")
+        return self.count
+
+
+def drive(server: Server, replies: Replies, runs: int, concurrency: int) -> float:
     """Send ``runs`` questions, at most ``concurrency`` unanswered at once; seconds until the last reply."""
-    started, sent = time.perf_counter(), 0
-    answered = lambda: len(slack.calls_to("chat.postMessage")) - first  # noqa: E731
-    while answered() < runs:
-        while sent < runs and sent - answered() < concurrency:
-            user = f"U{(first + sent) % 500:04d}"  # many people: the per-user limit is not what is measured
-            event = dm_event(user, f"Can I work abroad? ({first + sent})", channel=f"D{user}")
+    started, sent, first = time.perf_counter(), 0, replies.update()
+    while replies.update() - first < runs:
+        while sent < runs and sent - (replies.count - first) < concurrency:
+            number = first + sent
+            user = f"U{number % 500:04d}"  # many people: the per-user limit is not what is measured
+            event = dm_event(user, f"Can I work abroad? ({number})", channel=f"D{user}")
             assert server.send_event(event_envelope(event)) == 200
             sent += 1
         time.sleep(POLL_S)
@@ -68,12 +83,12 @@ def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             ready_s = time.perf_counter() - spawned
             time.sleep(2)
             idle = rss_mb(server.proc.pid)
-            drive(server, slack, args.warmup, args.concurrency, 0)
+            replies = Replies(slack)
+            drive(server, replies, args.warmup, args.concurrency)
             warm = rss_mb(server.proc.pid)
             quarters, seconds = [], 0.0
-            for quarter in range(4):
-                done = args.warmup + quarter * args.runs // 4
-                seconds += drive(server, slack, args.runs // 4, args.concurrency, done)
+            for _ in range(4):
+                seconds += drive(server, replies, args.runs // 4, args.concurrency)
                 quarters.append(round(rss_mb(server.proc.pid), 1))
     finally:
         model.stop()

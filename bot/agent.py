@@ -92,13 +92,13 @@ async def run_agent(deps: AgentDeps, state: RunState, cancel: asyncio.Event | No
     budget = Budget(deps.budgets, deps.price, state.spent)
     trace = RunTrace(state.run_id)
     tools = deps.tools.schemas()
-    meter, history_meter = HistoryMeter(tools), HistoryMeter()
+    meter, tool_tokens = HistoryMeter(), estimate_tokens([], tools)
     while True:
         if cancel is not None and cancel.is_set():
             return _give_up(state, trace, TerminationReason.CANCELLED, CANCELLED_MESSAGE)
-        if history_meter.tokens(state.messages) >= deps.settings.compact_at_tokens:
+        if meter.tokens(state.messages) >= deps.settings.compact_at_tokens:
             await _compact(deps, state, budget, trace)
-        allowance = budget.check(meter.tokens(state.messages), deps.settings.max_output_tokens)
+        allowance = budget.check(meter.tokens(state.messages) + tool_tokens, deps.settings.max_output_tokens)
         if isinstance(allowance, TerminationReason):
             return _give_up(state, trace, allowance)
         reply = await _call_model(deps, state, tools, allowance, budget, trace, cancel)

@@ -560,7 +560,8 @@ class Store:
 
     async def running_runs(self, owner: str | None = None) -> list[RunRow]:
         """Runs never finished (running, or taken over for recovery), optionally of one owner process."""
-        stmt = select(Run.__table__).where(Run.status != "finished").order_by(Run.started_at)
+        unfinished = Run.status.in_(("running", "recovering"))  # IN, not !=: the (status, owner) index serves it
+        stmt = select(Run.__table__).where(unfinished).order_by(Run.started_at)
         if owner is not None:
             stmt = stmt.where(Run.owner == owner)
         async with self._engine.connect() as conn:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 
 from bot.types import UserRef
@@ -68,6 +69,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
+        self._fast: dict[str, Callable[[Any], Any]] = {}
         for tool in tools:
             self.register(tool)
 
@@ -75,6 +77,7 @@ class ToolRegistry:
         Draft202012Validator.check_schema(tool.parameters)
         self._tools[tool.name] = tool
         self._validators[tool.name] = Draft202012Validator(tool.parameters)
+        self._fast[tool.name] = fastjsonschema.compile(tool.parameters)
 
     def names(self) -> list[str]:
         return list(self._tools)
@@ -101,6 +104,12 @@ class ToolRegistry:
         return tool, arguments
 
     def validate(self, tool: Tool, arguments: dict[str, Any]) -> None:
+        """Compiled check first (it runs on every call); jsonschema names every problem when it fails."""
+        try:
+            self._fast[tool.name](arguments)
+            return
+        except fastjsonschema.JsonSchemaException:
+            pass
         errors = sorted(self._validators[tool.name].iter_errors(arguments), key=lambda e: list(e.path))
         if errors:
             problems = "; ".join(_describe(error) for error in errors[:5])

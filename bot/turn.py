@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,11 +74,32 @@ async def run_turn(
             turn.results[call.id] = _cap(outcome, limits.result_chars)
             trace.add(Step("tool", call.name, call_id=call.id, arguments=call.arguments, error=outcome))
     context = ToolContext(user=state.user, run_id=state.run_id, conversation_key=state.conversation_key)
-    runs = [_execute(r, context, state, trace, timeout_s, limits.result_chars) for r in ready]
-    contents = [await runs[0]] if len(runs) == 1 else await asyncio.gather(*runs)
+    steps = [trace.add(Step("tool", r.tool.name, call_id=r.call.id, arguments=r.call.arguments)) for r in ready]
+    runs = [_execute(r, step, context, state, limits.result_chars) for r, step in zip(ready, steps, strict=True)]
+    contents = await _all_within(runs, steps, ready, timeout_s)
     for item, content in zip(ready, contents, strict=True):
         turn.results[item.call.id] = content
     return turn
+
+
+async def _all_within(
+    runs: list[Coroutine[Any, Any, str]], steps: list[Step], ready: list[_Ready], timeout_s: float
+) -> list[str]:
+    """Run the calls concurrently under one deadline; a call still running then becomes an observation."""
+    if not runs:
+        return []
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    done, late = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in late:
+        task.cancel()
+    contents = []
+    for task, step, item in zip(tasks, steps, ready, strict=True):
+        if task in done:
+            contents.append(task.result())
+        else:
+            step.error = "timeout"
+            contents.append(_error(f"{item.tool.name} did not finish in time."))
+    return contents
 
 
 def _admit(
@@ -108,19 +130,12 @@ def _admit(
     return _Ready(call, tool, arguments)
 
 
-async def _execute(
-    ready: _Ready, context: ToolContext, state: RunState, trace: RunTrace, timeout_s: float, result_chars: int
-) -> str:
+async def _execute(ready: _Ready, step: Step, context: ToolContext, state: RunState, result_chars: int) -> str:
     watch = Stopwatch()
-    step = trace.add(Step("tool", ready.tool.name, call_id=ready.call.id, arguments=ready.call.arguments))
     try:
-        async with asyncio.timeout(timeout_s):
-            result = await ready.tool.handler(ready.arguments, context)
+        result = await ready.tool.handler(ready.arguments, context)
         content = bounded_json(result, result_chars)
         _collect_sources(result, state)
-    except TimeoutError:
-        content = _error(f"{ready.tool.name} did not finish in time.")
-        step.error = "timeout"
     except Exception as exc:  # a failing tool is an observation, never the end of the run
         log.exception("tool %s raised", ready.tool.name)
         content = _error(f"{ready.tool.name} failed: {type(exc).__name__}: {exc}")

@@ -305,3 +305,19 @@ async def test_every_run_has_a_stored_trace_with_tokens_cost_and_latency(tmp_pat
     assert kinds == ["model", "tool", "model"]
     assert all("latency_ms" in step for step in row.trace)
     assert row.trace[1]["arguments"] == '{"query": "travel"}'
+
+
+async def test_a_tool_still_running_at_the_deadline_is_cut_off_and_recorded(tmp_path, fake_openai, sample_index):
+    class StuckIndex:
+        async def asearch(self, query, k=5, filter=None):
+            await asyncio.sleep(30)
+
+    fake_openai.script(tool_calls(search("leave"), search("travel")))
+    async with service(tmp_path, fake_openai, StuckIndex(), deadline_s=1.5) as svc:
+        started = asyncio.get_running_loop().time()
+        reply = await ask(svc, "leave and travel?")
+        elapsed = asyncio.get_running_loop().time() - started
+        row = await svc.store.get_run(reply.run_id)
+    assert reply.reason == TerminationReason.DEADLINE
+    assert elapsed < 3
+    assert [step.get("error") for step in row.trace if step["kind"] == "tool"] == ["timeout", "timeout"]
