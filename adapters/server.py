@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -37,6 +38,7 @@ __all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
 
 log = logging.getLogger(__name__)
 
+LISTEN_BACKLOG = 1024  # a burst of Slack events opens hundreds of connections at once; 128 drops some
 HTTP_SHUTDOWN_S = 5.0  # requests in progress at shutdown (acks are immediate; runs are drained separately)
 SWEEPER_STOP_S = 10.0
 
@@ -69,6 +71,10 @@ def _service_context(given: PolicyPal | None) -> Callable[[web.Application], Asy
         service = given or await open_service(settings, destinations=destinations(settings), serving=True)
         if given is None:
             await _warm_up(service)
+            # Start-up objects (model, index, SDKs) never die: keep them out of every later full
+            # collection, whose pauses otherwise land in the middle of a burst of acks.
+            gc.collect()
+            gc.freeze()
         app[SERVICE] = service
         yield
         if given is None:
@@ -155,6 +161,7 @@ def run_server(settings: Settings, host: str = "0.0.0.0", port: int = 3000) -> i
         host=host,
         port=port,
         shutdown_timeout=HTTP_SHUTDOWN_S,
+        backlog=LISTEN_BACKLOG,
         access_log_class=QuietProbesAccessLogger,
         print=lambda line: log.info("%s", " ".join(line.split())),
     )

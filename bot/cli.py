@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     decide.add_argument("decision", choices=["confirm", "cancel"])
     _user_options(decide)
 
-    serve = sub.add_parser("serve", help="serve Slack and Teams (and /healthz) over HTTP")
+    serve = sub.add_parser("serve", help="serve Slack and Teams, with /healthz, /readyz and /metrics")
     serve.add_argument("--host", default="0.0.0.0")
     serve.add_argument("--port", type=int, default=3000)
 

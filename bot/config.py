@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -121,8 +122,10 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'policypal.db'}"
 
     def secret_values(self) -> list[str]:
-        """Every configured secret, so transcripts and error messages can redact them."""
-        return [value.get_secret_value() for value in self.__dict__.values() if isinstance(value, SecretStr)]
+        """Every configured secret, so transcripts, logs and error messages can redact them."""
+        secrets = [value.get_secret_value() for value in self.__dict__.values() if isinstance(value, SecretStr)]
+        password = urlsplit(self.database_url).password if self.database_url else None
+        return [*secrets, password] if password else secrets
 
     def retrieval(self) -> RetrievalConfig:
         return RetrievalConfig(

@@ -132,7 +132,12 @@ def _index_location(settings: Settings) -> str:
 
 
 async def check_model(settings: Settings) -> list[str]:
-    """Model prices parse, and a dollar cap has a price to enforce it with (the cap fails closed)."""
+    """An endpoint has its key, prices parse, and a dollar cap has a price to enforce it (it fails closed)."""
+    if settings.openai_base_url and not settings.openai_api_key:
+        return [
+            f"OPENAI_BASE_URL is set ({settings.openai_base_url}) but OPENAI_API_KEY is not, so the offline "
+            "model would answer instead. Set the key (any non-empty value for a server that needs none)."
+        ]
     try:
         prices = PriceTable.from_json(settings.model_prices)
     except ValueError as exc:

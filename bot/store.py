@@ -382,6 +382,14 @@ def _check_pending_columns(names: Sequence[str]) -> None:
         raise TypeError(f"not pending_actions columns: {sorted(unknown)}")
 
 
+def _pool_options(dialect: str) -> dict[str, Any]:
+    """SQLite takes one writer at a time: one connection per process queues writers in order, where a
+    pool of them would race for the file lock and lose after the busy timeout in a burst of events."""
+    if dialect == "sqlite":
+        return {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
+    return {"pool_pre_ping": True}
+
+
 def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers and one writer work at once; the busy timeout makes a second process wait
     # for the write lock instead of failing with "database is locked". synchronous=NORMAL is safe
@@ -435,7 +443,7 @@ class Store:
             raise ValueError(f"unsupported database {dialect!r}; use sqlite+aiosqlite or postgresql+asyncpg")
         if dialect == "sqlite":
             prepare_sqlite_file(url)
-        engine = create_async_engine(url, connect_args=dict(connect_args or {}), pool_pre_ping=dialect != "sqlite")
+        engine = create_async_engine(url, connect_args=dict(connect_args or {}), **_pool_options(dialect))
         if dialect == "sqlite":
             event.listen(engine.sync_engine, "connect", _tune_sqlite)
         try:

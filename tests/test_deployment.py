@@ -14,7 +14,7 @@ import yaml
 from jsonschema import Draft7Validator
 
 from tests.server.harness import build_index
-from tests.wheelhouse import repack, runtime_closure
+from tests.wheelhouse import declared_requirements, repack, runtime_closure
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,9 +93,8 @@ def test_the_images_install_steps_give_an_install_that_answers_with_nothing_fetc
     wheels, app, venv = tmp_path / "wheels", tmp_path / "app", tmp_path / "venv"
     wheels.mkdir()
     app.mkdir()
-    for name, dist in runtime_closure("policypal").items():
-        if name != "policypal":  # the project itself is installed from its source, as the image does
-            repack(dist, wheels)
+    for dist in runtime_closure(declared_requirements(REPO / "pyproject.toml")).values():
+        repack(dist, wheels)  # the project itself is installed from its source, as the image does
     fetch_build_backend(wheels)
     for source in dockerfile_sources():
         if (REPO / source).is_dir():

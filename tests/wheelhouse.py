@@ -1,9 +1,9 @@
 """Wheels rebuilt from the distributions installed in this environment, for an offline clean install.
 
 The clean-install test must not download PolicyPal's hundreds of megabytes of dependencies on every
-run, and must not see anything but what the project declares. So it walks ``policypal``'s declared
-requirements (recursively, extras included where asked) through ``importlib.metadata`` and packs each
-installed distribution back into a wheel from its RECORD, keeping its own WHEEL file and tags.
+run, and must not see anything but what the project declares. So it walks the requirements in
+pyproject.toml (recursively, extras included where asked) through ``importlib.metadata`` and packs
+each installed distribution back into a wheel from its RECORD, keeping its own WHEEL file and tags.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import base64
 import hashlib
 import importlib.metadata as metadata
 import re
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +22,20 @@ from packaging.requirements import Requirement
 SKIPPED_METADATA = frozenset({"INSTALLER", "REQUESTED", "RECORD", "direct_url.json"})
 
 
-def runtime_closure(root: str) -> dict[str, metadata.Distribution]:
-    """Every distribution ``root`` needs at run time (an extra's only when a requirement asks), by name."""
+def declared_requirements(pyproject: Path) -> list[Requirement]:
+    """The project's run-time requirements as pyproject.toml declares them (not as last installed)."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    return [Requirement(text) for text in project["dependencies"]]
+
+
+def runtime_closure(requirements: list[Requirement]) -> dict[str, metadata.Distribution]:
+    """Every installed distribution these requirements need at run time (an extra's only when asked), by name.
+
+    A requirement not installed here raises ``PackageNotFoundError``: install the project again.
+    """
     found: dict[str, metadata.Distribution] = {}
     walked: set[tuple[str, str]] = set()  # (distribution, extra): one reached first without its extra
-    pending: list[tuple[str, frozenset[str]]] = [(root, frozenset())]
+    pending = [(r.name, frozenset(r.extras)) for r in requirements if _applies(r, frozenset({""}))]
     while pending:
         name, extras = pending.pop()
         key = _normal(name)

@@ -36,3 +36,11 @@ def test_metrics_count_runs_by_reason_and_platform_and_observe_latencies():
     assert 'policypal_runs_total{platform="slack",reason="answered"} 1.0' in text
     assert 'policypal_tool_latency_seconds_count{tool="search_policies"} 1.0' in text
     assert 'policypal_pending_actions{state="open"} 3.0' in text
+
+
+def test_the_database_password_is_a_secret_too():
+    from bot.config import Settings
+
+    settings = Settings(_env_file=None, database_url="postgresql+asyncpg://bot:pg-s3cret-pw@db:5432/policypal")
+    line = _format("could not connect to postgresql+asyncpg://bot:pg-s3cret-pw@db", Redactor(settings.secret_values()))
+    assert "pg-s3cret-pw" not in line["message"]

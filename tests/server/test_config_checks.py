@@ -1,0 +1,44 @@
+"""The configuration check, in process: each problem found, in words an operator can act on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from adapters.checks import PLATFORM_CHECKS
+from bot.config import Settings
+from bot.config_check import check_index, check_model, find_problems, report
+
+
+def settings(tmp_path: Path, **values: Any) -> Settings:
+    return Settings(_env_file=None, data_dir=tmp_path, **values)  # type: ignore[call-arg]
+
+
+async def test_an_index_built_with_another_model_is_named_with_the_way_out(tmp_path: Path, built_index: Path):
+    index = shutil.copytree(built_index, tmp_path / "qdrant")
+    meta = index / "policies.meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "model": "BAAI/bge-small-en-v1.5"}))
+    (problem,) = await check_index(settings(tmp_path))
+    assert "built with the embedding model BAAI/bge-small-en-v1.5" in problem and "Re-index" in problem
+
+
+async def test_an_endpoint_without_its_key_is_a_problem_not_a_silent_offline_model(tmp_path: Path):
+    (problem,) = await check_model(settings(tmp_path, openai_base_url="http://vllm.internal:8000/v1"))
+    assert "OPENAI_API_KEY is not" in problem
+
+
+async def test_a_clean_configuration_has_no_problems(tmp_path: Path, built_index: Path):
+    shutil.copytree(built_index, tmp_path / "qdrant")
+    assert await find_problems(settings(tmp_path), PLATFORM_CHECKS) == []
+
+
+def test_the_report_numbers_every_problem_and_keeps_multi_line_ones_together():
+    text = report(["Slack is misconfigured:\n  SLACK_BOT_TOKEN is not set", "No policy index at /data/qdrant"])
+    assert text.splitlines()[:4] == [
+        "PolicyPal cannot start: 2 configuration problems.",
+        "  1. Slack is misconfigured:",
+        "     SLACK_BOT_TOKEN is not set",
+        "  2. No policy index at /data/qdrant",
+    ]
