@@ -8,7 +8,7 @@ the burst, every event is delivered again with ``X-Slack-Retry-Num: 1`` (``--red
 must start no run. Prints ack latency p50/p99/max, runs started, replies posted, and the server's
 peak memory (VmHWM).
 
-    python benchmarks/slack_ack.py [--events 200] [--latency 1.0] [--redeliver 200] [--cold] [--gc-freeze]
+    python benchmarks/slack_ack.py [--events 200] [--latency 1.0] [--redeliver 200] [--cold] [--no-gc-freeze]
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def serve(port: int, freeze_gc: bool) -> None:
 
 
 async def _freeze_gc(_: Any) -> None:
-    """What ``--gc-freeze`` measures: start-up's objects moved out of the collector's way.
+    """What ``--no-gc-freeze`` takes away: start-up's objects moved out of the collector's way.
 
     Without it, a full (generation 2) collection over the ~200,000 objects the imports and start-up
     leave behind runs during the burst and stops the event loop for 100-170 ms on this machine.
@@ -108,7 +108,7 @@ def start_server(
         "POLICYPAL_DATA_DIR": str(data_dir),
         "HF_HUB_OFFLINE": "1",
     }
-    command = [sys.executable, __file__, "--serve", str(port), *(["--gc-freeze"] if freeze_gc else [])]
+    command = [sys.executable, __file__, "--serve", str(port), *([] if freeze_gc else ["--no-gc-freeze"])]
     return subprocess.Popen(command, env=env, cwd=data_dir)
 
 
@@ -290,7 +290,12 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=1.0, help="scripted model latency per run, seconds")
     parser.add_argument("--redeliver", type=int, default=200, help="events delivered a second time as retries")
     parser.add_argument("--cold", action="store_true", help="count TCP connection setup in the ack time")
-    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() in the server after start-up")
+    parser.add_argument(
+        "--no-gc-freeze",
+        dest="gc_freeze",
+        action="store_false",
+        help="skip the gc.freeze() that `policypal serve` does after start-up (to see what it buys)",
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--send", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -54,7 +54,12 @@ def estimate_tokens(messages: Sequence[Message], tools: Sequence[dict[str, Any]]
 
 
 def _chars(message: Message) -> int:
-    return len(json.dumps(message, ensure_ascii=False))
+    """Characters a message costs on the wire, without serialising it (this runs every turn)."""
+    chars = 40 + len(str(message.get("content") or ""))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        chars += 72 + len(call.get("id", "")) + len(function.get("name", "")) + len(function.get("arguments", ""))
+    return chars + len(message.get("tool_call_id", "")) + (20 if "tool_call_id" in message else 0)
 
 
 class HistoryMeter:
