@@ -147,19 +147,14 @@ async def _call_model(
     if reply is None:
         return TerminationReason.CANCELLED
     cost = budget.record(reply.usage)
-    trace.add(
-        Step(
-            "model",
-            reply.model or deps.model.name,
-            latency_ms=watch.ms(),
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
-            cost_usd=cost,
-            stop_reason=reply.finish_reason,
-            text=reply.text,
-        )
-    )
+    trace.add(_call_step("model", deps, reply, watch, cost, stop_reason=reply.finish_reason, text=reply.text))
     return reply
+
+
+def _call_step(kind: str, deps: AgentDeps, reply: ModelReply, watch: Stopwatch, cost: float, **fields: Any) -> Step:
+    usage = reply.usage
+    name = reply.model or deps.model.name
+    return Step(kind, name, watch.ms(), usage.input_tokens, usage.output_tokens, cost, **fields)
 
 
 def _model_failed(trace: RunTrace, watch: Stopwatch, error: str, budget: Budget) -> TerminationReason:
@@ -206,17 +201,7 @@ async def _compact(deps: AgentDeps, state: RunState, budget: Budget, trace: RunT
         return
     cost = budget.record(reply.usage, counts_as_step=False)
     state.messages = apply_compaction(plan, reply.text or "")
-    trace.add(
-        Step(
-            "compaction",
-            reply.model or deps.model.name,
-            latency_ms=watch.ms(),
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
-            cost_usd=cost,
-            text=f"folded {len(plan.middle)} messages",
-        )
-    )
+    trace.add(_call_step("compaction", deps, reply, watch, cost, text=f"folded {len(plan.middle)} messages"))
 
 
 def _tool_messages(reply: ModelReply, results: dict[str, str]) -> list[Message]:
