@@ -63,6 +63,11 @@ class SchemaState:
         return self.current is None and not (self.tables & BASELINE_TABLES)
 
     @property
+    def partial(self) -> bool:
+        """Some PolicyPal tables, no migration history, not the baseline set: nothing safe to adopt."""
+        return self.current is None and bool(self.tables & BASELINE_TABLES) and not self.tables >= BASELINE_TABLES
+
+    @property
     def unversioned(self) -> bool:
         """Tables made by create_all before migrations existed: adopt them at the baseline."""
         return self.current is None and self.tables >= BASELINE_TABLES
@@ -109,6 +114,12 @@ def problem(state: SchemaState, url: str) -> str | None:
     where = make_url(url).render_as_string(hide_password=True)
     if state.at_head:
         return None
+    if state.partial:
+        missing = ", ".join(sorted(BASELINE_TABLES - state.tables))
+        return (
+            f"The database {where} has some PolicyPal tables but no migration history (missing: {missing}); "
+            "it was made by a pre-release build. Move it aside (keep it as a backup) and start again."
+        )
     if state.empty or state.unversioned:
         what = "has no PolicyPal tables yet" if state.empty else "predates migrations"
         return f"The database {where} {what}: run `policypal db upgrade` once (from any one replica)."
@@ -145,6 +156,8 @@ def _upgrade(connection: Connection) -> SchemaState:
     before = _state(connection)
     if before.at_head:
         return before
+    if before.partial:
+        raise DatabaseNotReady(problem(before, connection.engine.url.render_as_string()) or "")
     config = alembic_config()
     config.attributes["connection"] = connection
     if before.unversioned:

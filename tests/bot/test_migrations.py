@@ -119,3 +119,15 @@ def test_a_revision_this_release_does_not_know_is_refused_with_advice():
     state = migrate.SchemaState("9999_future", migrate.head_revision(), frozenset({"0001_baseline"}), frozenset())
     message = migrate.problem(state, "postgresql+asyncpg://bot:s3cret@db/policypal")
     assert message is not None and "does not know" in message and "s3cret" not in message
+
+
+async def test_a_partial_schema_from_a_pre_release_build_is_refused_with_advice_not_a_traceback(tmp_path):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'policypal.db'}"
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda sync: Base.metadata.tables["conversations"].create(sync))
+    finally:
+        await engine.dispose()
+    with pytest.raises(migrate.DatabaseNotReady, match=r"no migration history .*Move it aside"):
+        await Store.open(url)
