@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.canonical import canonical_json
+from bot.canonical import canonical_json, to_json
 from bot.run_state import RunState
 from bot.tools import Consequence, Tool, ToolContext, ToolRefusal, ToolRegistry
 from bot.trace import RunTrace, Step, Stopwatch
@@ -165,7 +165,7 @@ def _collect_sources(result: dict[str, Any], state: RunState) -> None:
 
 
 def _error(message: str) -> str:
-    return json.dumps({"error": message}, ensure_ascii=False)
+    return to_json({"error": message})
 
 
 def bounded_json(result: dict[str, Any], limit: int) -> str:
@@ -174,7 +174,7 @@ def bounded_json(result: dict[str, Any], limit: int) -> str:
     Every observation is re-sent on every later turn, so size is capped; whole trailing list items
     (search passages) are dropped first so the model never reads half a passage.
     """
-    content = json.dumps(result, ensure_ascii=False)
+    content = to_json(result)
     items = result.get("results")
     if len(content) <= limit or not isinstance(items, list):
         return _cap(content, limit)
@@ -183,7 +183,7 @@ def bounded_json(result: dict[str, Any], limit: int) -> str:
         kept.pop()
         dropped = len(items) - len(kept)
         trimmed = {**result, "results": kept, "truncated": f"…[truncated: {dropped} more results not shown]"}
-        content = json.dumps(trimmed, ensure_ascii=False)
+        content = to_json(trimmed)
         if len(content) <= limit:
             return content
     return _cap(content, limit)
