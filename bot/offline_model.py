@@ -66,8 +66,9 @@ _HYPOTHETICAL = re.compile(
     r"|someone|your|our|you)|polic(?:y|ies)|allowed|permitted|entitled|rules?)\b",
     re.I,
 )
-_ASKS_MEANING = re.compile(
-    r"^\s*(?:what|which|how)\b.*\b(?:mean|means|meaning|stand for|refer to|is|are)\b[^.!]*\?\s*$", re.I
+_ASKS_MEANING = re.compile(  # "what does error NG-412 mean?", also as one part of a longer question
+    r"\b(?:what|which)\s+(?:does|do|is|are)\b[^.!?]*?\b(?:mean|means|meaning|stand for|refer to|error|code)\b[^.!]*\?",
+    re.I,
 )
 _CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.I))

@@ -322,3 +322,10 @@ async def test_a_result_cut_short_by_the_agent_is_still_read() -> None:
     assert "Hotel per night: €150 in Lisbon, CA$220 in Toronto. [Business Expenses Policy › Spending limits]" in (
         answer.text or ""
     )
+
+
+def test_asking_what_an_error_code_means_is_a_question_not_a_problem_report():
+    from bot.offline_model import is_problem_report
+
+    assert not is_problem_report("Can I work from abroad for three weeks, and what does VPN error NG-412 mean?")
+    assert is_problem_report("my vpn shows error NG-809 since this morning")
