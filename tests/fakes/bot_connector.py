@@ -25,6 +25,8 @@ from urllib.parse import unquote
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.loopback import LoopbackServer
+
 BOT_ID = "28:policypal-bot"
 BOT_NAME = "PolicyPal"
 TENANT = "tenant-contoso"
@@ -70,7 +72,7 @@ class Recorded:
 
 
 @dataclass
-class FakeBotConnector:
+class FakeBotConnector(LoopbackServer):
     """The channel side of the Bot Framework protocol on 127.0.0.1."""
 
     fail_status: int | None = None  # answer every bot call with this status (for delivery failures)
@@ -79,8 +81,6 @@ class FakeBotConnector:
     member_lookups: list[tuple[str, str]] = field(default_factory=list)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition | None = None
-    _runner: web.AppRunner | None = None
-    _port: int = 0
 
     async def start(self) -> FakeBotConnector:
         app = web.Application()
@@ -89,22 +89,7 @@ class FakeBotConnector:
         app.router.add_put("/v3/conversations/{conversation}/activities/{activity}", self._update)
         app.router.add_get("/v3/conversations/{conversation}/members/{member}", self._member)
         self._changed = asyncio.Condition()
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = self._runner.addresses[0][1]
-        return self
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeBotConnector:
-        return await self.start()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        return await self._listen(app)
 
     @property
     def service_url(self) -> str:

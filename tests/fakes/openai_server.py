@@ -36,6 +36,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import LoopbackServer
+
 UsageSpec = Mapping[str, int] | tuple[int, int] | str | None  # "auto", (prompt, completion), a dict, or None: omit
 Responder = Callable[[dict[str, Any]], "Turn | Awaitable[Turn]"]
 
@@ -155,7 +157,7 @@ def respond(fn: Responder) -> Turn:
 # --- the server -----------------------------------------------------------------------------------
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer):
     """An OpenAI-compatible ``POST /v1/chat/completions`` on 127.0.0.1, scripted turn by turn."""
 
     def __init__(self, *, api_key: str | None = None, strict: bool = True, port: int = 0) -> None:
@@ -168,10 +170,7 @@ class FakeOpenAI:
         self._responses = 0
         self._lock = threading.Lock()
         self._port = port
-        self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # lifecycle (async)
 
@@ -180,73 +179,12 @@ class FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         self._closing = asyncio.Event()
-        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
-        return self
+        return await self._listen(app, handler_cancellation=True)
 
     async def close(self) -> None:
         if self._closing is not None:
             self._closing.set()  # release delayed turns so shutdown does not wait for them
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeOpenAI:
-        return await self.start()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    # lifecycle (background thread)
-
-    @classmethod
-    def start_in_thread(cls, **kwargs: Any) -> FakeOpenAI:
-        """A running server on its own loop in a daemon thread, for sync tests and subprocess clients."""
-        return cls(**kwargs)._start_thread()
-
-    def stop(self) -> None:
-        """Stop a server started with ``start_in_thread``."""
-        if self._loop is None or self._thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.close(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop = self._thread = None
-
-    def __enter__(self) -> FakeOpenAI:
-        return self if self._thread is not None else self._start_thread()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def _start_thread(self) -> FakeOpenAI:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # handed to the starting thread below
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="FakeOpenAI", daemon=True)
-        self._thread.start()
-        if not ready.wait(timeout=10):
-            raise RuntimeError("FakeOpenAI did not start within 10 s")
-        if failure:
-            raise failure[0]
-        return self
+        await super().close()
 
     # the script
 

@@ -27,7 +27,6 @@ import hashlib
 import hmac
 import itertools
 import json
-import threading
 import time
 import urllib.parse
 from collections import defaultdict, deque
@@ -36,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.loopback import LoopbackServer
 
 JSON_FIELDS = ("blocks", "attachments", "prompts", "metadata")  # form-encoded as JSON text by the SDK
 
@@ -96,7 +97,7 @@ class FakeUser:
         }
 
 
-class FakeSlackAPI:
+class FakeSlackAPI(LoopbackServer):
     """Slack's Web API on 127.0.0.1 under ``/api/{method}``, recording every call."""
 
     def __init__(
@@ -122,9 +123,6 @@ class FakeSlackAPI:
         self._errors: dict[str, deque[ScriptedError]] = defaultdict(deque)
         self._ts = itertools.count(1)
         self._port = port
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- script ----------------------------------------------------------------------------------
 
@@ -177,51 +175,7 @@ class FakeSlackAPI:
     async def start(self) -> FakeSlackAPI:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
-        return self
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeSlackAPI:
-        return await self.start()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    @classmethod
-    def start_in_thread(cls, **kwargs: Any) -> FakeSlackAPI:
-        """A running server on its own loop in a daemon thread (for a server under test elsewhere)."""
-        fake = cls(**kwargs)
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            fake._loop = loop
-            loop.run_until_complete(fake.start())
-            ready.set()
-            loop.run_forever()
-            loop.close()
-
-        fake._thread = threading.Thread(target=serve, name="FakeSlackAPI", daemon=True)
-        fake._thread.start()
-        if not ready.wait(timeout=10):
-            raise RuntimeError("FakeSlackAPI did not start within 10 s")
-        return fake
-
-    def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(self.close(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop = self._thread = None
+        return await self._listen(app)
 
     # --- serving ---------------------------------------------------------------------------------
 
