@@ -24,7 +24,6 @@ the roster cannot be read, the user is treated as a guest for that turn: no writ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Coroutine
@@ -146,9 +145,12 @@ class TeamsBot:
             await self.service.pending.set_platform_message(reply.outcome.action.id, where)
 
     async def _keep_typing(self, reference: Json) -> None:
+        """A lost typing indicator costs nothing but the dots: log it and keep the run going."""
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 await self.connector.send(reference, cards.typing())
+            except Exception as exc:
+                log.warning("typing indicator not sent: %s", exc)
             await asyncio.sleep(self.options.typing_every_s)
 
     # --- card clicks ----------------------------------------------------------------------------
