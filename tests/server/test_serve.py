@@ -95,10 +95,15 @@ def test_a_run_killed_with_its_process_is_answered_and_handed_off_after_restart(
     assert slack.calls_to("chat.postMessage", in_thread(event)) == []
     with running(env, tmp_path, "restarted") as server:
         (recovered,) = wait_calls(slack, "chat.postMessage", where=in_thread(event))
-        _, metrics = server.get("/metrics")
+
+        def recovered_count() -> float | None:  # the reply is posted just before the sweeper counts it
+            return metric(server.get("/metrics")[1], "policypal_recovered_total", kind="run")
+
+        wait_until(lambda: recovered_count() is not None, timeout_s=5, what="the recovery counted")
+        count = recovered_count()
     assert recovered["channel"] == event["channel"]
     assert "stopped before it finished" in reply_text(recovered) and "HD-1001" in reply_text(recovered)
-    assert metric(metrics, "policypal_recovered_total", kind="run") == 1.0
+    assert count == 1.0
 
 
 def test_too_many_questions_and_a_full_process_get_polite_replies(
