@@ -18,17 +18,15 @@ from retrieval.backends import (
     DENSE,
     KEYWORD_FIELDS,
     RANKING_FIELDS,
-    RRF_K,
-    RRF_WEIGHTS,
     SCROLL_PAGE,
     SPARSE,
     STORED_DOC_FIELDS,
     Hit,
-    HybridResult,
     IndexInUseError,
     IndexMeta,
     IndexMissingError,
     IndexPoint,
+    Rankings,
     StoredDoc,
     audience_values,
     collect_stored_docs,
@@ -134,27 +132,24 @@ class EdgeBackend:
     def count(self) -> int:
         return 0 if self._shard is None else self._shard.count(qe.CountRequest(exact=True))
 
-    def hybrid_query(
-        self, query: Vectors, *, limit: int, candidates: int, search_filter: SearchFilter | None
-    ) -> HybridResult:
+    def rankings(self, query: Vectors, *, candidates: int, search_filter: SearchFilter | None) -> Rankings:
         if self._shard is None:
-            return HybridResult()
+            return Rankings()
         flt = _edge_filter(search_filter)
         dense = qe.Query.Nearest(query.dense, using=DENSE)
         sparse = qe.Query.Nearest(qe.SparseVector(query.sparse_indices, query.sparse_values), using=SPARSE)
-        fused = qe.QueryRequest(
-            limit=limit,
-            prefetches=[qe.Prefetch(limit=candidates, query=q, filter=flt) for q in (dense, sparse)],
-            query=qe.Fusion.Rrf(k=RRF_K, weights=RRF_WEIGHTS),
-            filter=flt,
-            with_payload=True,
-        )
-        singles = [
+        requests = [
             qe.QueryRequest(limit=candidates, query=q, filter=flt, with_payload=RANKING_FIELDS)
             for q in (dense, sparse)
         ]
-        results = self._shard.query_batch(qe.QueryBatchRequest([fused, *singles]))
-        return HybridResult(*([_hit(p) for p in points] for points in results))
+        dense_hits, sparse_hits = self._shard.query_batch(qe.QueryBatchRequest(requests))
+        return Rankings([_hit(p) for p in dense_hits], [_hit(p) for p in sparse_hits])
+
+    def payloads(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if self._shard is None or not ids:
+            return {}
+        records = self._shard.retrieve(list(ids), True, False)
+        return {str(record.id): dict(record.payload or {}) for record in records}
 
     def close(self) -> None:
         if self._shard is not None:

@@ -15,17 +15,15 @@ from retrieval.backends import (
     DENSE,
     KEYWORD_FIELDS,
     RANKING_FIELDS,
-    RRF_K,
-    RRF_WEIGHTS,
     SCROLL_PAGE,
     SPARSE,
     STORED_DOC_FIELDS,
     Hit,
-    HybridResult,
     IndexMeta,
     IndexMissingError,
     IndexPoint,
     PolicyIndexError,
+    Rankings,
     StoredDoc,
     audience_values,
     collect_stored_docs,
@@ -104,25 +102,21 @@ class QdrantBackend:
     def count(self) -> int:
         return self._client.count(self._collection, exact=True).count
 
-    def hybrid_query(
-        self, query: Vectors, *, limit: int, candidates: int, search_filter: SearchFilter | None
-    ) -> HybridResult:
+    def rankings(self, query: Vectors, *, candidates: int, search_filter: SearchFilter | None) -> Rankings:
         flt = _filter(search_filter)
         sparse = models.SparseVector(indices=query.sparse_indices, values=query.sparse_values)
-        prefetch = [
-            models.Prefetch(query=query.dense, using=DENSE, limit=candidates, filter=flt),
-            models.Prefetch(query=sparse, using=SPARSE, limit=candidates, filter=flt),
-        ]
-        fusion = models.RrfQuery(rrf=models.Rrf(k=RRF_K, weights=RRF_WEIGHTS))
         requests = [
-            models.QueryRequest(prefetch=prefetch, query=fusion, filter=flt, limit=limit, with_payload=True),
-            *(
-                models.QueryRequest(query=q, using=name, filter=flt, limit=candidates, with_payload=RANKING_FIELDS)
-                for q, name in ((query.dense, DENSE), (sparse, SPARSE))
-            ),
+            models.QueryRequest(query=q, using=name, filter=flt, limit=candidates, with_payload=RANKING_FIELDS)
+            for q, name in ((query.dense, DENSE), (sparse, SPARSE))
         ]
-        responses = self._client.query_batch_points(self._collection, requests=requests)
-        return HybridResult(*([_hit(p) for p in response.points] for response in responses))
+        dense_hits, sparse_hits = self._client.query_batch_points(self._collection, requests=requests)
+        return Rankings([_hit(p) for p in dense_hits.points], [_hit(p) for p in sparse_hits.points])
+
+    def payloads(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not ids:
+            return {}
+        records = self._client.retrieve(self._collection, ids=list(ids), with_payload=True, with_vectors=False)
+        return {str(record.id): dict(record.payload or {}) for record in records}
 
     def close(self) -> None:
         self._client.close()

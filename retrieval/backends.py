@@ -1,7 +1,7 @@
 """The storage seam: one small protocol, served in-process by qdrant-edge or by a Qdrant server.
 
 Both backends store the same points (a named dense vector, a BM25 sparse vector with IDF, and a
-payload) and answer the same hybrid query, so everything above this module is backend-neutral.
+payload) and answer the same two rankings (dense and BM25), so everything above this module is backend-neutral.
 
 Errors a user can act on::
 
@@ -25,16 +25,12 @@ from retrieval.types import SearchFilter
 DENSE = "dense"
 SPARSE = "bm25"
 SCHEMA_VERSION = 1
-# Reciprocal rank fusion, tuned with benchmarks/retrieval.py on three labelled corpora: a small k
-# lets top ranks count, and the dense list weighs more (BM25 misses paraphrase, dense misses codes).
-RRF_K = 5
-RRF_WEIGHTS = [1.5, 1.0]  # dense, sparse: the order of the prefetches
 SCROLL_PAGE = 2_000
 # uuid5 namespace for point ids: the same document chunk always gets the same id.
 POINT_NAMESPACE = uuid.UUID("5b2f3c1e-8d0a-4f61-9a57-0c6a1f3e2b84")
 KEYWORD_FIELDS = ("doc_id", "root", "section", "audience")
 STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count"]
-RANKING_FIELDS = ["doc_id", "heading"]
+RANKING_FIELDS = ["doc_id", "heading"]  # what a ranking carries; the passages shown are fetched whole
 
 
 class PolicyIndexError(RuntimeError):
@@ -107,13 +103,12 @@ class Hit:
 
 
 @dataclass
-class HybridResult:
-    """The fused top `limit`, and each retriever's own top `candidates` (payload: doc_id and heading).
+class Rankings:
+    """Each retriever's own top candidates, best first (payload: RANKING_FIELDS only).
 
-    The single rankings are what was fused, and their raw scores drive the relevance floor.
+    Their raw scores are what retrieval.fusion fuses and what the relevance floor reads.
     """
 
-    fused: list[Hit] = field(default_factory=list)
     dense: list[Hit] = field(default_factory=list)
     sparse: list[Hit] = field(default_factory=list)
 
@@ -135,9 +130,13 @@ class IndexBackend(Protocol):
 
     def count(self) -> int: ...
 
-    def hybrid_query(
-        self, query: Vectors, *, limit: int, candidates: int, search_filter: SearchFilter | None
-    ) -> HybridResult: ...
+    def rankings(self, query: Vectors, *, candidates: int, search_filter: SearchFilter | None) -> Rankings:
+        """The dense and the BM25 top `candidates` in one engine call."""
+        ...
+
+    def payloads(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Whole payloads of these points (the passages a search returns), by id."""
+        ...
 
     def close(self) -> None: ...
 

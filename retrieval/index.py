@@ -7,9 +7,11 @@ deleted), new, or gone. "Gone" is scoped to the roots of the current run: ``inde
 ``index b/`` keeps a's documents. A document id already owned by another root that still exists
 is reported as a failure rather than silently moved.
 
-Search fuses the dense and BM25 rankings with Qdrant's weighted RRF (Passage.score is that fused
-score). RRF scores are rank-only, so the relevance floor reads raw signals instead: the best dense
-cosine against the query's background similarity to the corpus, and the BM25 term strength.
+Search asks the engine for the dense and the BM25 rankings in one call, fuses them by normalised
+score (retrieval.fusion; Passage.score is that fused score, 0-1) and fetches the winners' payloads.
+Fused scores are relative to the query's own candidates, so the relevance floor reads raw signals
+instead: the best dense cosine against the query's background similarity to the corpus, and the
+BM25 term strength.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ from retrieval.backends import (
 from retrieval.chunking import chunk_document
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import SPARSE_MODEL, Embedder
+from retrieval.fusion import CANDIDATES, fuse
 from retrieval.types import Chunk, Document, LoadFailure, LoadReport, Passage, SearchFilter
 
 PROGRESS_DELAY_S = 1.0  # the bar appears only on runs long enough to need one
-CANDIDATES = 50  # hits each retriever hands to the fusion (and to the floor)
 BACKGROUND_FROM = 10  # dense ranks past this one are the query's background similarity
+BACKGROUND_TO = 50  # ... up to this one
 CORPUS_SIZE_TTL_S = 60.0
 
 
@@ -53,8 +56,8 @@ CORPUS_SIZE_TTL_S = 60.0
 class Retrieval:
     """One hybrid search before the relevance floor: the fused passages and what the floor reads."""
 
-    fused: list[Hit]  # the top k, best first
-    dense: list[Hit]  # the dense retriever's own top CANDIDATES
+    fused: list[Hit]  # the top k, best first, with whole payloads
+    dense: list[Hit]  # the dense retriever's own top CANDIDATES (payload: doc_id and heading)
     sparse: list[Hit]  # the BM25 retriever's own top CANDIDATES
     query_terms: int  # distinct BM25 terms in the query (stopwords dropped)
     corpus_size: int  # indexed chunks, which bounds any term's IDF
@@ -71,7 +74,7 @@ class Retrieval:
         question at 0.4-0.5, so the absolute cosine alone cannot tell "answered" from "on topic".
         """
         scores = [hit.score for hit in self.dense]
-        background = scores[BACKGROUND_FROM:] or scores[1:]
+        background = scores[BACKGROUND_FROM:BACKGROUND_TO] or scores[1:]
         return self.best_dense - sum(background) / len(background) if background else 0.0
 
     @property
@@ -90,12 +93,13 @@ class Retrieval:
 class RelevanceFloor:
     """Below it a search returns nothing, so the agent can say the policy does not cover the question.
 
-    RRF scores are rank-only, so the floor reads raw signals. A passage is relevant enough when its
-    dense cosine is at least ``min_dense`` and, with ``contrast_weight`` times its contrast to the
-    corpus background added, reaches ``min_relevance``; or when the BM25 term strength reaches
-    ``min_terms`` (exact identifiers the dense model misses). Tuned with benchmarks/retrieval.py on
-    examples/questions.jsonl and the 18F and Sourcegraph handbook labels: unanswerable questions
-    refused 67% / 83% / 75%, answerable ones kept 97% / 98% / 92%.
+    Fused scores are relative to the query's own candidates, so the floor reads raw signals. A
+    passage is relevant enough when its dense cosine is at least ``min_dense`` and, with
+    ``contrast_weight`` times its contrast to the corpus background added, reaches
+    ``min_relevance``; or when the BM25 term strength reaches ``min_terms`` (exact identifiers the
+    dense model misses). Tuned with benchmarks/retrieval.py on examples/questions.jsonl and the 18F
+    and Sourcegraph handbook labels: unanswerable questions refused 67% / 83% / 75%, answerable
+    ones kept 97% / 98% / 92%.
     """
 
     min_dense: float = 0.36
@@ -416,16 +420,16 @@ class PolicyIndex:
         return await asyncio.to_thread(self.search, query, k, filter)
 
     def retrieve(self, query: str, *, k: int, filter: SearchFilter | None = None) -> Retrieval:
-        """The hybrid rankings and floor signals, before the floor (search() applies it)."""
+        """The fused top k and the floor's signals, before the floor (search() applies it)."""
         vectors = self.embedder.embed_query(query)
         with self._lock:
-            result = self._backend.hybrid_query(
-                vectors, limit=k, candidates=max(k, CANDIDATES), search_filter=filter
-            )
+            rankings = self._backend.rankings(vectors, candidates=max(k, CANDIDATES), search_filter=filter)
+            top = fuse(rankings.dense, rankings.sparse, limit=k)
+            payloads = self._backend.payloads([hit.id for hit in top])
         return Retrieval(
-            fused=result.fused,
-            dense=result.dense,
-            sparse=result.sparse,
+            fused=[Hit(hit.id, hit.score, payloads[hit.id]) for hit in top if hit.id in payloads],
+            dense=rankings.dense,
+            sparse=rankings.sparse,
             query_terms=len(vectors.sparse_indices),
             corpus_size=self._corpus_size(),
         )
