@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -150,12 +150,23 @@ class SlackBridge:
     # --- Confirm / Cancel --------------------------------------------------------------------------
 
     async def decide(self, click: Click, choice: Choice) -> None:
-        """Apply the requester's click; anyone else is told who may, and nothing changes."""
+        """Apply the requester's click; anyone else is told who may, and nothing changes.
+
+        The card shows the call's result (ticket id, or cancelled) as soon as it is known, through
+        ``on_result``; the continued run's reply follows in the thread when the model is done.
+        """
         pending_id, args_hash = parse_button_value(click.value)
         record = await self._requesters_record(click, pending_id, choice)
-        if record is not None:
-            decided = await self._decide(click, record, choice, args_hash)
-            await self._show_decision(click, decided, record)
+        if record is None:
+            return
+        shown: list[DecisionReply] = []
+
+        async def on_result(early: DecisionReply) -> None:
+            shown.append(early)
+            await self._show_result(click, early, record)
+
+        decided = await self._decide(click, record, choice, args_hash, on_result)
+        await self._show_decision(click, decided, record, card_shown=bool(shown))
 
     async def _requesters_record(self, click: Click, pending_id: str, choice: Choice) -> PendingRecord | None:
         """The stored action if the clicker is its requester; otherwise a private note and None."""
@@ -169,7 +180,14 @@ class SlackBridge:
         await self.poster.ephemeral(click.channel, click.user_id, click.thread_ts, note)
         return None
 
-    async def _decide(self, click: Click, record: PendingRecord, choice: Choice, args_hash: str) -> DecisionReply:
+    async def _decide(
+        self,
+        click: Click,
+        record: PendingRecord,
+        choice: Choice,
+        args_hash: str,
+        on_result: Callable[[DecisionReply], Awaitable[None]],
+    ) -> DecisionReply:
         """Buttons off at once (first click only), then the service's exactly-once decision."""
         actor = await self.users.lookup(click.user_id)
         first = record.id not in self._deciding
@@ -178,19 +196,27 @@ class SlackBridge:
             if first and record.state == "open" and record.expires_at > utcnow():
                 working = in_progress_card_message(record, actor.id, utcnow(), choice)
                 await self.poster.update(click.channel, click.message_ts, working)
-            return await self.service.decide(record.id, actor, choice, args_hash)
+            return await self.service.decide(record.id, actor, choice, args_hash, on_result=on_result)
         finally:
             if first:
                 self._deciding.discard(record.id)
 
-    async def _show_decision(self, click: Click, decided: DecisionReply, before: PendingRecord) -> None:
+    async def _show_result(self, click: Click, decided: DecisionReply, before: PendingRecord) -> None:
+        """The decided card: who, when, and the ticket id or the reason it failed."""
         fresh = await self.service.pending.get(before.id) or decided.decision.action or before
+        case_id = decided.case.case_id if decided.case else None
+        await self.poster.update(click.channel, click.message_ts, decided_card_message(fresh, case_id))
+
+    async def _show_decision(
+        self, click: Click, decided: DecisionReply, before: PendingRecord, *, card_shown: bool
+    ) -> None:
         if decided.status in ("confirmed", "cancelled"):
-            case_id = decided.case.case_id if getattr(decided, "case", None) else None
-            await self.poster.update(click.channel, click.message_ts, decided_card_message(fresh, case_id))
+            if not card_shown:
+                await self._show_result(click, decided, before)
             if decided.reply is not None:
                 await self.render(decided.reply, click.where)
             return
+        fresh = await self.service.pending.get(before.id) or decided.decision.action or before
         await self.poster.ephemeral(click.channel, click.user_id, click.thread_ts, decision_note(decided, fresh))
         if fresh.state == "open":  # a refused click (hash mismatch): put the real buttons back
             await self.poster.update(click.channel, click.message_ts, card_message(fresh.as_action()))

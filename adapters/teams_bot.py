@@ -11,10 +11,10 @@ Every turn is acknowledged at once and the work continues in a background task:
   and because the same reference (kept with a pending action) still works after a restart.
 * **Card clicks** (``adaptiveCard/action``): the decision itself is quick, but ``service.decide`` also
   runs the ticket and then the model. So the click starts ``decide`` in a task and answers the invoke
-  as soon as the stored action shows its outcome (ticket id, cancelled, expired...) or after
-  ``invoke_wait`` seconds, whichever comes first; the continued run's reply follows in the thread.
-  The clicked card is replaced for the clicker by the invoke answer and for everyone by an update of
-  the posted card.
+  as soon as ``decide`` reports the outcome through ``on_result`` (ticket id, cancelled) or returns
+  (refused, expired...), or after ``invoke_wait`` seconds, whichever comes first; the continued run's
+  reply follows in the thread. The clicked card is replaced for the clicker by the invoke answer and
+  for everyone, at the same moment, by an update of the posted card.
 
 Who is asking: the AAD object id and name come with the activity; email (for group mappings and
 tickets) and the guest role come from the conversation roster, fetched once per user and cached. If
@@ -51,10 +51,9 @@ from bot.types import Pending, UserRef
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-FINAL_STATES = frozenset({"done", "failed", "cancelled", "expired", "unknown"})
 FEEDBACK_VALUES = ("helpful", "not_helpful")
+SETTLED = frozenset({"confirmed", "cancelled", "expired", "already_decided"})
 NO_LONGER = "This button is no longer available."
-REFUSALS = frozenset({"not_found", "not_requester", "hash_mismatch", "expired"})
 
 
 class Connector(Protocol):
@@ -78,7 +77,6 @@ class TeamsOptions:
     allowed_tenants: frozenset[str] = frozenset()
     groups: GroupMap = field(default_factory=GroupMap)
     invoke_wait_s: float = 2.0  # Teams shows "Unable to reach app" after about 5 s
-    poll_s: float = 0.05
     typing_every_s: float = 3.0  # a typing indicator lasts a few seconds
     profile_ttl_s: float = 600.0
     drain_s: float = 10.0
@@ -177,26 +175,14 @@ class TeamsBot:
         if not isinstance(pending_id, str) or not isinstance(args_hash, str):
             return cards.invoke_card(cards.notice_card("This request no longer exists."))
         click = Click(verb, pending_id, args_hash, user, reference_of(activity))
-        task = self._spawn(self._decide(click))
-        record, decided = await self._settled(pending_id, task)
-        if record is not None and record.state in FINAL_STATES and not click.published:
-            click.published = True
-            self._spawn(self._publish(record, user))
+        outcome: asyncio.Future[DecisionReply | None] = asyncio.get_running_loop().create_future()
+        self._spawn(self._decide(click, outcome))
+        try:
+            decided = await asyncio.wait_for(asyncio.shield(outcome), self.options.invoke_wait_s)
+        except TimeoutError:
+            decided = None  # the card says "Working on it…"; the posted card is updated when it is done
+        record = await self.service.pending.get(pending_id)
         return cards.invoke_card(self._click_card(record, decided, user))
-
-    async def _settled(
-        self, pending_id: str, task: asyncio.Task[DecisionReply | None]
-    ) -> tuple[PendingRecord | None, DecisionReply | None]:
-        """The stored action once the click's outcome shows (or the wait is up), and the decision if known."""
-        deadline = time.monotonic() + self.options.invoke_wait_s
-        while True:
-            record = await self.service.pending.get(pending_id)
-            decided = task.result() if task.done() else None  # after the read: the task may end during it
-            if record is None or record.state in FINAL_STATES or time.monotonic() >= deadline:
-                return record, decided
-            if task.done() and (decided is None or decided.status in REFUSALS):
-                return record, decided  # nothing will change: refused, or the decision failed
-            await asyncio.sleep(self.options.poll_s)
 
     def _click_card(self, record: PendingRecord | None, decided: DecisionReply | None, user: UserRef) -> Json:
         if record is None:
@@ -212,27 +198,36 @@ class TeamsBot:
             line = "Working on it…"
         return cards.decided_card(action, line)
 
-    async def _decide(self, click: Click) -> DecisionReply | None:
-        """Apply the click; the winner replaces the posted card and posts the continued run's reply."""
+    async def _decide(self, click: Click, outcome: asyncio.Future[DecisionReply | None]) -> None:
+        """Apply the click; the card changes when the outcome is known, the reply when the model is done."""
+
+        async def on_result(reply: DecisionReply) -> None:
+            _settle(outcome, reply)
+            await self._publish_once(click)
+
         try:
-            decided = await self.service.decide(click.pending_id, click.user, click.verb, click.args_hash)  # type: ignore[arg-type]
-            if decided.status in ("confirmed", "cancelled"):
-                await self._follow_up(click, decided)
+            decided = await self.service.decide(
+                click.pending_id, click.user, click.verb, click.args_hash, on_result=on_result  # type: ignore[arg-type]
+            )
         except Exception:
             log.exception("teams: deciding %s failed", click.pending_id)
-            return None
-        return decided
-
-    async def _follow_up(self, click: Click, decided: DecisionReply) -> None:
-        record = await self.service.pending.get(click.pending_id)
-        if record is None:
+            _settle(outcome, None)
             return
-        if not click.published:
-            click.published = True
+        _settle(outcome, decided)  # refusals and expiry return without a result to report
+        if decided.status in SETTLED:  # the posted card shows the state for everyone
+            await self._publish_once(click)
+        if decided.reply is not None:  # the continued run, after a confirm or cancel
+            record = await self.service.pending.get(click.pending_id)
+            where = (record.platform_message or {}) if record else {}
+            await self._post_reply(where.get("reference") or click.reference, decided.reply, click.user.name)
+
+    async def _publish_once(self, click: Click) -> None:
+        if click.published:
+            return
+        click.published = True
+        record = await self.service.pending.get(click.pending_id)
+        if record is not None:
             await self._publish(record, click.user)
-        reference = (record.platform_message or {}).get("reference") or click.reference
-        if decided.reply is not None:
-            await self._post_reply(reference, decided.reply, click.user.name)
 
     async def _publish(self, record: PendingRecord, user: UserRef) -> None:
         """Replace the posted card for everyone with the decided one."""
@@ -342,3 +337,8 @@ def _requester_name(record: PendingRecord, user: UserRef) -> str:
     if stored:
         return str(stored)
     return user.name if user.id == record.requester and user.name else record.requester
+
+
+def _settle(outcome: asyncio.Future[DecisionReply | None], value: DecisionReply | None) -> None:
+    if not outcome.done():
+        outcome.set_result(value)

@@ -171,7 +171,8 @@ class PolicyPal:
         """Apply a click exactly once, run the frozen call if confirmed, then let the model finish.
 
         ``on_result`` hears the decision and the call's result before the model continues, so an
-        adapter can update the card at once while a slow model writes the final reply.
+        adapter can update the card at once while a slow model writes the final reply. It only
+        reports: if it fails, that is logged and the run still continues.
         """
         verdict = await self.pending.decide(pending_id, actor.id, decision, args_hash)
         if verdict.status not in ("confirmed", "cancelled") or verdict.action is None:
@@ -183,7 +184,7 @@ class PolicyPal:
             case = await self._action_case(record, actor, TICKET_FAILED, str(result.get("error", "")))
             result = {**result, "case_id": case.case_id, "handoff": case.message}
         if on_result is not None:
-            await on_result(DecisionReply(verdict, result, case=case))
+            await _report(on_result, DecisionReply(verdict, result, case=case))
         try:
             state = RunState.from_dict(record.run_state)
         except StateVersionError as exc:
@@ -384,3 +385,13 @@ def _new_run_id() -> str:
 
 def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+async def _report(on_result: Callable[[DecisionReply], Awaitable[None]], early: DecisionReply) -> None:
+    """Tell the adapter the call's result; a failed card update must not lose the model's reply."""
+    try:
+        await on_result(early)
+    except Exception:
+        action = early.decision.action
+        log.exception("pending %s: reporting the result to the adapter failed; the run continues",
+                      action.id if action else "?")

@@ -14,7 +14,7 @@ import pytest_asyncio
 from adapters.slack_blocks import CANCEL, CONFIRM
 from bot.store import utcnow
 from tests.adapters.test_slack_app import ALICE, BOB, SlackRig, running_slack
-from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
+from tests.fakes.openai_server import FakeOpenAI, delay, text, tool_calls
 from tests.fakes.slack_api import SlackCall, dm_event, event_envelope, mention_event
 
 pytestmark = pytest.mark.asyncio
@@ -95,6 +95,16 @@ async def test_confirm_by_the_requester_creates_the_frozen_ticket_updates_the_ca
     assert "Confirmed by <@U_ALICE> at" in line and "*IT-1001*" in line
     assert replies[1]["thread_ts"] == event["ts"] and "Done: ticket IT-1001 is open." in replies[1].block_text
     slack.model.assert_script_consumed()
+
+
+async def test_the_card_shows_the_ticket_id_while_a_slow_model_is_still_writing(slack: SlackRig):
+    card, event = await post_card(slack, delay(3.0, text("Done: ticket IT-1001 is open.")))
+    await click(slack, ALICE, CONFIRM, card, event)
+    update = await asyncio.wait_for(final_update(slack), 2.0)  # well before the model's 3 s
+    assert "*IT-1001*" in context_text(update)
+    assert len(slack.slack.calls_to("chat.postMessage")) == 1  # only the card: the reply is still coming
+    replies = await slack.replies(2)
+    assert "Done: ticket IT-1001 is open." in replies[1].block_text
 
 
 async def test_the_card_loses_its_buttons_at_once_while_the_decision_runs(slack: SlackRig):

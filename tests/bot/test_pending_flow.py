@@ -227,3 +227,17 @@ async def test_on_result_hears_the_ticket_before_the_model_continues(tmp_path, f
     assert status == "confirmed" and result["ticket_id"] == "IT-1001"
     assert early_reply is None and requests_then == 1  # the model had not been called again yet
     assert decided.reply.reason == TerminationReason.ANSWERED
+
+
+async def test_a_failing_on_result_is_logged_and_the_run_still_continues(tmp_path, fake_openai, sample_index, caplog):
+    async def on_result(early):
+        raise RuntimeError("chat.update timed out")
+
+    fake_openai.script(propose(), text("Ticket IT-1001 raised."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        action = reply.outcome.action
+        decided = await svc.decide(action.id, ALICE, "confirm", action.args_hash, on_result)
+    assert decided.result["ticket_id"] == "IT-1001"
+    assert decided.reply.reason == TerminationReason.ANSWERED
+    assert "reporting the result to the adapter failed" in caplog.text
