@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -233,7 +234,12 @@ def _relevant(payload: dict[str, Any], answer: dict[str, str], level: str) -> bo
     if payload.get("doc_id") != answer["doc"]:
         return False
     heading = answer.get("heading")  # a label without one is satisfied by the document
-    return level == "doc" or not heading or heading.casefold() in str(payload.get("heading", "")).casefold()
+    return level == "doc" or not heading or _heading_key(heading) in _heading_key(str(payload.get("heading", "")))
+
+
+def _heading_key(heading: str) -> str:
+    """Labels quote headings as the source writes them ("**Restricted**"); the index drops the emphasis."""
+    return " ".join(re.sub(r"[*_]", "", heading).split()).casefold()
 
 
 def _ranking(ranks: list[float | None]) -> dict[str, float]:
