@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from adapters.slack_mrkdwn import escape, to_mrkdwn
-from bot.store import PendingRecord
+from bot.records import PendingRecord
 from bot.types import Answer, Citation, GaveUp, PendingAction
 
 Block = dict[str, Any]

@@ -28,8 +28,9 @@ from adapters.slack_blocks import (
 from adapters.slack_inbound import BotIdentity, conversation_key, thread_of, to_inbound
 from adapters.slack_post import SlackPoster
 from adapters.slack_users import UserDirectory
+from bot.db_types import utcnow
+from bot.records import PendingRecord
 from bot.service import DecisionReply, PolicyPal, Reply
-from bot.store import PendingRecord, utcnow
 from bot.types import Answer, Pending, PendingAction
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from adapters.slack_blocks import decided_card_message, give_up_message, notice_message
 from adapters.slack_post import SlackPoster
 from bot.notify import Notice
-from bot.store import PendingRecord, Place
+from bot.records import PendingRecord, Place
 from bot.types import GaveUp, TerminationReason
 
 

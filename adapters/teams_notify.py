@@ -11,7 +11,7 @@ import logging
 from adapters import teams_cards as cards
 from adapters.teams_bot import Connector
 from bot.notify import Notice
-from bot.store import PendingRecord, Place
+from bot.records import PendingRecord, Place
 from bot.types import GaveUp, TerminationReason
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Column types shared by the models in ``bot.store`` and the Alembic migrations in ``bot.migrations``.
+"""UTC timestamps: the column type shared by the models in ``bot.tables`` and the Alembic migrations in
+``bot.migrations``, and ``utcnow()``, the only kind of time the store accepts.
 
 They live apart from the models so a migration can import them without importing the models as they
 are today: a migration must keep meaning what it meant when it was written.
@@ -28,3 +29,8 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC: the only kind of time the store accepts."""
+    return datetime.now(UTC)

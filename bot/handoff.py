@@ -22,8 +22,9 @@ from typing import Any, Protocol
 
 from bot.budget import Budgets
 from bot.handoff_markdown import ACTION_UNKNOWN, TICKET_FAILED, USER_REQUEST, case_markdown, reason_label
+from bot.records import HandoffRecord, PendingRecord, Place, RunRow
 from bot.redaction import Redactor, bounded
-from bot.store import HandoffRecord, PendingRecord, Place, RunRow, Store
+from bot.store import Store
 from bot.types import TerminationReason, UserRef
 
 log = logging.getLogger(__name__)

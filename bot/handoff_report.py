@@ -10,9 +10,11 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from bot.config import Settings
+from bot.db_types import utcnow
 from bot.handoff import Destination, HandoffCase, case_number
 from bot.outbox import DeliveryResult
-from bot.store import DeliveryRecord, HandoffRecord, Store, utcnow
+from bot.records import DeliveryRecord, HandoffRecord
+from bot.store import Store
 from bot.wiring import helpdesk_for
 
 DestinationFactory = Callable[[Settings], Sequence[Destination]]

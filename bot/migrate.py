@@ -1,6 +1,6 @@
 """Schema migrations: where the database stands against this release, and bringing it to head.
 
-The tables are defined once, in ``bot.store`` on one ``Base``; Alembic revisions under
+The tables are defined once, in ``bot.tables`` on one ``Base``; Alembic revisions under
 ``bot/migrations/versions`` (shipped as package data) move a database from any earlier release to
 this one. Policy (see docs/deploy.md):
 

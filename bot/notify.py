@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.handoff import place_from_key
-from bot.store import PendingRecord, Place, Store
+from bot.records import PendingRecord, Place
+from bot.store import Store
 
 log = logging.getLogger(__name__)
 

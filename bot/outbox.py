@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from bot.db_types import utcnow
 from bot.handoff import Destination, HandoffCase, case_id_for, case_number
 from bot.http_json import RemoteError
+from bot.records import DeliveryRecord
 from bot.redaction import Redactor, bounded
-from bot.store import DeliveryRecord, Store, utcnow
+from bot.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,9 @@ from typing import Any, Literal
 
 from bot.canonical import args_hash as compute_args_hash
 from bot.canonical import canonical_json
-from bot.store import PendingRecord, PendingState, Store, utcnow
+from bot.db_types import utcnow
+from bot.records import PendingRecord, PendingState
+from bot.store import Store
 from bot.types import PendingAction
 
 __all__ = ["Decision", "DecisionStatus", "PendingActions", "PendingRecord", "PendingState"]

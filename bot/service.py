@@ -28,8 +28,9 @@ from bot.outbox import Outbox
 from bot.pending import Decision, PendingActions
 from bot.process import THIS_PROCESS
 from bot.ratelimit import BUSY_TEXT, Admission
+from bot.records import PendingRecord, Place
 from bot.run_state import RunState, StateVersionError
-from bot.store import PendingRecord, Place, Store
+from bot.store import Store
 from bot.tools import ToolContext
 from bot.turn import ProposedWrite, execute_confirmed
 from bot.types import Answer, GaveUp, Inbound, Message, Outcome, Pending, TerminationReason, UserRef

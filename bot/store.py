@@ -7,9 +7,7 @@ claim is one ``INSERT ... ON CONFLICT DO NOTHING``, a pending transition is one
 ``UPDATE ... WHERE id = :id AND (due or stale)``; the affected row count is the answer, so no
 process ever acts on a stale read.
 
-All models live on one declarative ``Base`` so Alembic can autogenerate migrations from
-``Base.metadata``. Timestamps are timezone-aware UTC in and out (SQLite hands back naive values;
-``UtcDateTime`` normalises them).
+The tables are in ``bot.tables``; what the methods return, in ``bot.records``.
 """
 
 from __future__ import annotations
@@ -17,363 +15,51 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Float,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Text,
-    UniqueConstraint,
-    and_,
-    case,
-    event,
-    func,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import and_, case, event, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from bot.db_types import UtcDateTime
-from bot.types import Message, PendingAction
+from bot.db_types import utcnow
+from bot.records import (
+    DeliveryRecord,
+    DeliveryState,
+    HandoffRecord,
+    PendingRecord,
+    Place,
+    RunRow,
+    to_delivery_record,
+    to_handoff_record,
+    to_pending_record,
+    to_run_row,
+)
+from bot.tables import (
+    Conversation,
+    Handoff,
+    HandoffDelivery,
+    PendingActionRow,
+    ProcessedEvent,
+    RateWindow,
+    Run,
+    ThreadPlace,
+    TicketRow,
+    Worker,
+)
+from bot.types import Message
 
 log = logging.getLogger(__name__)
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
-RunStatus = Literal["running", "recovering", "finished"]
 SchemaPolicy = Literal["auto", "upgrade", "require"]
-DeliveryState = Literal["pending", "sending", "delivered", "failed"]
-PendingState = Literal["open", "executing", "done", "failed", "cancelled", "expired", "unknown"]
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC: the only kind of time the store accepts."""
-    return datetime.now(UTC)
-
-
-def _json() -> JSON:
-    # none_as_null: a Python None is SQL NULL, not the JSON text 'null'.
-    return JSON(none_as_null=True)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(
-        naming_convention={
-            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-            "pk": "pk_%(table_name)s",
-        }
-    )
-
-
-class ProcessedEvent(Base):
-    __tablename__ = "processed_events"
-
-    event_id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    received_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-
-
-class Conversation(Base):
-    __tablename__ = "conversations"
-
-    key: Mapped[str] = mapped_column(String(512), primary_key=True)
-    messages: Mapped[list[Message]] = mapped_column(_json())
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
-
-
-class Run(Base):
-    __tablename__ = "runs"
-    __table_args__ = (Index(None, "status", "owner"),)
-
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    conversation_key: Mapped[str] = mapped_column(String(512), index=True)
-    platform: Mapped[str] = mapped_column(String(32))
-    user_id: Mapped[str] = mapped_column(String(255))
-    question: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))
-    reason: Mapped[str | None] = mapped_column(String(32))
-    started_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    steps: Mapped[int] = mapped_column(Integer, default=0)
-    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
-    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
-    model: Mapped[str] = mapped_column(String(255))
-    trace: Mapped[list[dict[str, Any]]] = mapped_column(_json())
-    feedback: Mapped[str | None] = mapped_column(String(32))
-    feedback_by: Mapped[str | None] = mapped_column(String(255))
-    owner: Mapped[str] = mapped_column(String(255))
-
-
-class TicketRow(Base):
-    """Tickets of the local backend: the embedded default's ticketing system."""
-
-    __tablename__ = "tickets"
-
-    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
-    category: Mapped[str] = mapped_column(String(64))
-    summary: Mapped[str] = mapped_column(String(255))
-    urgency: Mapped[str] = mapped_column(String(16))
-    details: Mapped[str] = mapped_column(Text, default="")
-    requester_id: Mapped[str] = mapped_column(String(255))
-    requester_name: Mapped[str] = mapped_column(String(255), default="")
-    status: Mapped[str] = mapped_column(String(16), default="open")
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-
-
-class PendingActionRow(Base):
-    __tablename__ = "pending_actions"
-    __table_args__ = (Index(None, "state", "expires_at"), Index(None, "state", "decided_at"))
-
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    run_id: Mapped[str] = mapped_column(String(64))
-    conversation_key: Mapped[str] = mapped_column(String(512))
-    requester: Mapped[str] = mapped_column(String(255))
-    tool: Mapped[str] = mapped_column(String(128))
-    call_id: Mapped[str] = mapped_column(String(255))
-    arguments: Mapped[dict[str, Any]] = mapped_column(_json())
-    args_hash: Mapped[str] = mapped_column(String(64))
-    text: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(16))
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    decider: Mapped[str | None] = mapped_column(String(255))
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    result: Mapped[dict[str, Any] | None] = mapped_column(_json())
-    platform_message: Mapped[dict[str, Any] | None] = mapped_column(_json())
-    run_state: Mapped[dict[str, Any]] = mapped_column(_json())
-
-
-class ThreadPlace(Base):
-    """Where a conversation lives on its platform, kept from its first message for handoffs."""
-
-    __tablename__ = "thread_places"
-
-    key: Mapped[str] = mapped_column(String(512), primary_key=True)
-    platform: Mapped[str] = mapped_column(String(32))
-    tenant: Mapped[str] = mapped_column(String(255), default="")
-    channel: Mapped[str] = mapped_column(String(512))  # Teams conversation ids run long
-    thread: Mapped[str] = mapped_column(String(255))
-    link: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    address: Mapped[dict[str, Any] | None] = mapped_column(_json())  # how to post here unprompted (Teams)
-
-
-class Worker(Base):
-    """A serving process and its last heartbeat: the sweeper takes over runs of processes gone quiet."""
-
-    __tablename__ = "workers"
-
-    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
-    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime)
-
-
-class RateWindow(Base):
-    """A sliding-window counter (this fixed window and the one before), shared by every replica."""
-
-    __tablename__ = "rate_windows"
-
-    key: Mapped[str] = mapped_column(String(512), primary_key=True)
-    window_index: Mapped[int] = mapped_column(BigInteger, index=True)  # floor(epoch seconds / window length)
-    count: Mapped[int] = mapped_column(Integer)
-    previous: Mapped[int] = mapped_column(Integer)
-
-
-class Handoff(Base):
-    """A helpdesk case: who, where, the question and the redacted transcript. Never updated."""
-
-    __tablename__ = "handoffs"
-
-    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    origin: Mapped[str] = mapped_column(String(640), unique=True)  # what caused it: one case per cause
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    reason: Mapped[str] = mapped_column(String(32))
-    user_id: Mapped[str] = mapped_column(String(255))
-    user_name: Mapped[str] = mapped_column(String(255), default="")
-    user_email: Mapped[str | None] = mapped_column(String(255))
-    platform: Mapped[str] = mapped_column(String(32))
-    tenant: Mapped[str] = mapped_column(String(255), default="")
-    channel: Mapped[str] = mapped_column(String(512), default="")
-    thread: Mapped[str] = mapped_column(String(255), default="")
-    link: Mapped[str | None] = mapped_column(Text)
-    conversation_key: Mapped[str] = mapped_column(String(512), index=True)
-    run_id: Mapped[str | None] = mapped_column(String(64))
-    question: Mapped[str] = mapped_column(Text)
-    reply_within: Mapped[str] = mapped_column(String(64), default="")
-    transcript: Mapped[dict[str, Any]] = mapped_column(_json())
-
-
-class HandoffDelivery(Base):
-    """The outbox: one row per case and destination, delivered exactly once by whichever worker claims it."""
-
-    __tablename__ = "handoff_deliveries"
-    __table_args__ = (UniqueConstraint("case_number", "destination"), Index(None, "state", "next_attempt_at"))
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    case_number: Mapped[int] = mapped_column(Integer, index=True)
-    destination: Mapped[str] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(16))
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    claimed_by: Mapped[str | None] = mapped_column(String(255))
-    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    last_error: Mapped[str | None] = mapped_column(Text)
-    external_ref: Mapped[str | None] = mapped_column(Text)
-    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """One run as stored: what the CLI lists and a sweeper inspects."""
-
-    id: str
-    conversation_key: str
-    platform: str
-    user_id: str
-    question: str
-    status: RunStatus
-    reason: str | None
-    started_at: datetime
-    finished_at: datetime | None
-    steps: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float
-    latency_ms: float
-    model: str
-    trace: list[dict[str, Any]]
-    feedback: str | None
-    feedback_by: str | None
-    owner: str
-
-
-@dataclass(frozen=True)
-class PendingRecord:
-    """Everything stored about a pending action, including the frozen call and the run to resume."""
-
-    id: str
-    run_id: str
-    conversation_key: str
-    requester: str
-    tool: str
-    call_id: str
-    arguments: dict[str, Any]
-    args_hash: str
-    text: str
-    state: PendingState
-    created_at: datetime
-    expires_at: datetime
-    decided_at: datetime | None
-    decider: str | None
-    finished_at: datetime | None
-    result: dict[str, Any] | None
-    platform_message: dict[str, Any] | None
-    run_state: dict[str, Any]
-
-    def as_action(self) -> PendingAction:
-        """The public view adapters render as a card."""
-        return PendingAction(
-            id=self.id,
-            tool=self.tool,
-            arguments=self.arguments,
-            args_hash=self.args_hash,
-            requester=self.requester,
-            text=self.text,
-            expires_at=self.expires_at,
-            state=self.state,
-        )
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a conversation lives: what a handoff links back to."""
-
-    key: str
-    platform: str
-    tenant: str
-    channel: str
-    thread: str
-    link: str | None
-    address: dict[str, Any] | None = None  # the platform's reference for posting here later
-
-
-@dataclass(frozen=True)
-class HandoffRecord:
-    """A stored helpdesk case."""
-
-    number: int
-    origin: str
-    created_at: datetime
-    reason: str
-    user_id: str
-    user_name: str
-    user_email: str | None
-    platform: str
-    tenant: str
-    channel: str
-    thread: str
-    link: str | None
-    conversation_key: str
-    run_id: str | None
-    question: str
-    reply_within: str
-    transcript: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class DeliveryRecord:
-    """One destination's delivery of one case, as the outbox sees it."""
-
-    id: int
-    case_number: int
-    destination: str
-    state: DeliveryState
-    attempts: int
-    next_attempt_at: datetime
-    claimed_by: str | None
-    claimed_at: datetime | None
-    last_error: str | None
-    external_ref: str | None
-    delivered_at: datetime | None
-    created_at: datetime
-
 
 _PENDING_COLUMNS = frozenset(f.name for f in dataclasses.fields(PendingRecord))
-
-
-def _run_row(row: Any) -> RunRow:
-    return RunRow(**row._mapping)
-
-
-def _pending_record(row: Any) -> PendingRecord:
-    return PendingRecord(**row._mapping)
-
-
-def _handoff_record(row: Any) -> HandoffRecord:
-    return HandoffRecord(**row._mapping)
-
-
-def _delivery_record(row: Any) -> DeliveryRecord:
-    return DeliveryRecord(**row._mapping)
 
 
 def _check_pending_columns(names: Sequence[str]) -> None:
@@ -552,13 +238,13 @@ class Store:
         """One run with its trace, for the CLI and feedback."""
         async with self._engine.connect() as conn:
             row = (await conn.execute(select(Run.__table__).where(Run.id == run_id))).first()
-        return _run_row(row) if row else None
+        return to_run_row(row) if row else None
 
     async def list_runs(self, limit: int = 20) -> list[RunRow]:
         """The most recent runs, newest first."""
         stmt = select(Run.__table__).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
         async with self._engine.connect() as conn:
-            return [_run_row(row) for row in await conn.execute(stmt)]
+            return [to_run_row(row) for row in await conn.execute(stmt)]
 
     async def set_feedback(self, run_id: str, value: str, user_id: str) -> bool:
         """Attach a thumbs-up/down to a run; False when the run does not exist."""
@@ -573,7 +259,7 @@ class Store:
         if owner is not None:
             stmt = stmt.where(Run.owner == owner)
         async with self._engine.connect() as conn:
-            return [_run_row(row) for row in await conn.execute(stmt)]
+            return [to_run_row(row) for row in await conn.execute(stmt)]
 
     # -- serving: readiness, heartbeats, crash recovery, shared rate windows ----------------------
 
@@ -702,7 +388,7 @@ class Store:
         stmt = select(PendingActionRow.__table__).where(PendingActionRow.id == pending_id)
         async with self._engine.connect() as conn:
             row = (await conn.execute(stmt)).first()
-        return _pending_record(row) if row else None
+        return to_pending_record(row) if row else None
 
     async def transition(
         self,
@@ -752,7 +438,7 @@ class Store:
             stmt = stmt.where(table.decided_at <= decided_by)
         async with self._engine.connect() as conn:
             rows = await conn.execute(stmt.order_by(table.created_at).limit(limit))
-            return [_pending_record(row) for row in rows]
+            return [to_pending_record(row) for row in rows]
 
     # -- where conversations live, and what a handoff transcript reads -------------------------
 
@@ -774,7 +460,7 @@ class Store:
         stmt = select(Run.__table__).where(Run.conversation_key == key)
         stmt = stmt.order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
         async with self._engine.connect() as conn:
-            rows = [_run_row(row) for row in await conn.execute(stmt)]
+            rows = [to_run_row(row) for row in await conn.execute(stmt)]
         return rows[::-1]
 
     async def conversation_actions(self, key: str, limit: int = 50) -> list[PendingRecord]:
@@ -782,7 +468,7 @@ class Store:
         table = PendingActionRow
         stmt = select(table.__table__).where(table.conversation_key == key).order_by(table.created_at).limit(limit)
         async with self._engine.connect() as conn:
-            return [_pending_record(row) for row in await conn.execute(stmt)]
+            return [to_pending_record(row) for row in await conn.execute(stmt)]
 
     # -- handoffs and their outbox ---------------------------------------------------------------
 
@@ -800,19 +486,19 @@ class Store:
         query = select(Handoff.__table__).where(Handoff.origin == origin)
         async with self._engine.begin() as conn:
             if (row := (await conn.execute(query)).first()) is not None:  # a repeat: no sequence gap
-                return _handoff_record(row), False
+                return to_handoff_record(row), False
             created = (await conn.execute(stmt)).rowcount == 1
             row = (await conn.execute(query)).one()
             if created and destinations:
                 outbox = [_new_delivery(row.number, name, now) for name in dict.fromkeys(destinations)]
                 await conn.execute(HandoffDelivery.__table__.insert(), outbox)
-        return _handoff_record(row), created
+        return to_handoff_record(row), created
 
     async def get_handoff(self, number: int) -> HandoffRecord | None:
         """One case by number."""
         async with self._engine.connect() as conn:
             row = (await conn.execute(select(Handoff.__table__).where(Handoff.number == number))).first()
-        return _handoff_record(row) if row else None
+        return to_handoff_record(row) if row else None
 
     async def list_handoffs(self, limit: int = 20, *, failed_only: bool = False) -> list[HandoffRecord]:
         """The newest cases first; ``failed_only``: those with a delivery that gave up."""
@@ -821,14 +507,14 @@ class Store:
             failed = select(HandoffDelivery.case_number).where(HandoffDelivery.state == "failed")
             stmt = stmt.where(Handoff.number.in_(failed))
         async with self._engine.connect() as conn:
-            return [_handoff_record(row) for row in await conn.execute(stmt)]
+            return [to_handoff_record(row) for row in await conn.execute(stmt)]
 
     async def deliveries(self, case_numbers: Sequence[int]) -> list[DeliveryRecord]:
         """The outbox rows of some cases, for status displays."""
         table = HandoffDelivery
         stmt = select(table.__table__).where(table.case_number.in_(list(case_numbers))).order_by(table.id)
         async with self._engine.connect() as conn:
-            return [_delivery_record(row) for row in await conn.execute(stmt)]
+            return [to_delivery_record(row) for row in await conn.execute(stmt)]
 
     async def due_deliveries(
         self,
@@ -846,7 +532,7 @@ class Store:
             stmt = stmt.where(table.case_number == case_number)
         async with self._engine.connect() as conn:
             rows = await conn.execute(stmt.order_by(table.next_attempt_at, table.id).limit(limit))
-            return [_delivery_record(row) for row in rows]
+            return [to_delivery_record(row) for row in rows]
 
     async def claim_delivery(self, delivery_id: int, owner: str, now: datetime, stale_before: datetime) -> int | None:
         """Take a delivery in one conditional UPDATE; the winner gets its attempt number, others None.

@@ -27,12 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from bot.db_types import utcnow
 from bot.handoff import HandoffCase
 from bot.logs import log_context
 from bot.notify import Notice, Notifiers
 from bot.process import THIS_PROCESS, ProcessId
+from bot.records import PendingRecord, RunRow
 from bot.service import PolicyPal
-from bot.store import PendingRecord, RunRow, utcnow
 from bot.types import TerminationReason, UserRef
 
 log = logging.getLogger(__name__)

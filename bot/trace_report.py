@@ -8,7 +8,8 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from bot.config import Settings
-from bot.store import RunRow, Store
+from bot.records import RunRow
+from bot.store import Store
 
 
 async def show_traces(

@@ -17,7 +17,7 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.type_api import TypeEngine
 
 from bot.db_types import UtcDateTime
-from bot.store import Base
+from bot.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

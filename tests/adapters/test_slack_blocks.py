@@ -26,7 +26,7 @@ from adapters.slack_blocks import (
     parse_button_value,
     split_text,
 )
-from bot.store import PendingRecord
+from bot.records import PendingRecord
 from bot.types import Answer, Citation, GaveUp, PendingAction, TerminationReason
 
 NOW = datetime(2025, 3, 4, 10, 30, tzinfo=UTC)

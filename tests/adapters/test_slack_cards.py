@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from adapters.slack_blocks import CANCEL, CONFIRM
-from bot.store import utcnow
+from bot.db_types import utcnow
 from tests.adapters.test_slack_app import ALICE, BOB, SlackRig, running_slack
 from tests.fakes.openai_server import FakeOpenAI, delay, text, tool_calls
 from tests.fakes.slack_api import SlackCall, dm_event, event_envelope, mention_event

@@ -13,7 +13,8 @@ from aiohttp import web
 
 from adapters.server import build_app
 from adapters.teams_cards import CARD_CONTENT_TYPE
-from bot.store import PendingRecord, utcnow
+from bot.db_types import utcnow
+from bot.records import PendingRecord
 from tests.adapters.test_teams import TICKET, Teams, running_teams
 from tests.fakes.bot_connector import ALICE, BOB, CHANNEL, Recorded
 from tests.fakes.openai_server import delay, text, tool_calls

@@ -9,11 +9,12 @@ import pytest
 from slack_sdk.errors import SlackApiError
 
 from adapters.slack_helpdesk import SlackChannelDestination, transcript_chunks
+from bot.db_types import utcnow
 from bot.handoff import HandoffCase, Helpdesk
 from bot.handoff_destinations import EmailDestination, WebhookDestination
 from bot.http_json import SIGNATURE_HEADER, RemoteError
 from bot.outbox import Outbox, OutboxPolicy
-from bot.store import Store, utcnow
+from bot.store import Store
 from bot.types import UserRef
 from tests.fakes.helpdesk_servers import FakeSMTP, FakeWebhook, stall, status
 from tests.fakes.slack_api import FakeSlackAPI

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from bot.handoff import Helpdesk
-from bot.store import Place, Store
+from bot.records import Place
+from bot.store import Store
 from bot.types import UserRef
 
 KEY = "teams:tenant-1:19:general@thread.tacv2;messageid=1700001:1700001"

@@ -13,7 +13,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bot import migrate
-from bot.store import Base, Store
+from bot.store import Store
+from bot.tables import Base
 from tests.bot.conftest import Database
 
 

@@ -7,14 +7,9 @@ from typing import Any
 
 import pytest
 
-from bot.offline_model import (
-    COMPACTION_PREFIX,
-    NAME,
-    NOT_IN_POLICY,
-    TICKET_PROPOSAL,
-    OfflineModel,
-    split_question,
-)
+from bot.offline_answers import NOT_IN_POLICY
+from bot.offline_model import COMPACTION_PREFIX, NAME, TICKET_PROPOSAL, OfflineModel
+from bot.offline_planning import split_question
 from bot.types import Message, ModelReply
 
 TOOLS: list[dict[str, Any]] = [
@@ -325,7 +320,7 @@ async def test_a_result_cut_short_by_the_agent_is_still_read() -> None:
 
 
 def test_asking_what_an_error_code_means_is_a_question_not_a_problem_report():
-    from bot.offline_model import is_problem_report
+    from bot.offline_planning import is_problem_report
 
     assert not is_problem_report("Can I work from abroad for three weeks, and what does VPN error NG-412 mean?")
     assert is_problem_report("my vpn shows error NG-809 since this morning")

@@ -7,11 +7,12 @@ import io
 from datetime import timedelta
 
 from bot.config import Settings
+from bot.db_types import utcnow
 from bot.handoff import HandoffCase, Helpdesk
 from bot.handoff_report import show_handoffs
 from bot.metrics import Metrics
 from bot.outbox import DeliveryResult, Outbox, OutboxPolicy
-from bot.store import Store, utcnow
+from bot.store import Store
 from bot.types import UserRef
 
 from .conftest import Database

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from bot.store import utcnow
+from bot.db_types import utcnow
 from bot.types import Answer, GaveUp, Pending, TerminationReason, UserRef
 from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, service
 from tests.fakes.openai_server import text, tool_calls

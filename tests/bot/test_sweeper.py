@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from bot.db_types import utcnow
 from bot.notify import Notice, Notifiers
 from bot.process import THIS_PROCESS, ProcessId
-from bot.store import PendingRecord, Place, Store, utcnow
+from bot.records import PendingRecord, Place
+from bot.store import Store
 from bot.sweeper import Sweeper
 from bot.types import GaveUp, TerminationReason
 from tests.bot.conftest import Database

@@ -109,7 +109,7 @@ async def test_an_unreachable_backend_is_explained_not_dropped(tmp_path, fake_op
 async def test_an_action_interrupted_by_a_crash_opens_a_case_for_a_human_to_check(tmp_path, fake_openai, sample_index):
     from datetime import timedelta
 
-    from bot.store import utcnow
+    from bot.db_types import utcnow
 
     fake_openai.script(propose())
     async with service(tmp_path, fake_openai, sample_index) as svc:

@@ -13,8 +13,9 @@ from adapters.slack_notify import SlackNotifier
 from adapters.slack_post import SlackPoster, web_client
 from adapters.teams_activity import reference_of, to_inbound
 from adapters.teams_notify import TeamsNotifier
+from bot.db_types import utcnow
 from bot.notify import Notice
-from bot.store import PendingRecord, Place, utcnow
+from bot.records import PendingRecord, Place
 from bot.types import UserRef
 from tests.fakes.slack_api import FakeSlackAPI
 

@@ -1,0 +1,153 @@
+"""What the store hands out: plain frozen dataclasses, never ORM rows, so callers hold no session.
+
+Each record's fields are its table's columns one to one, so a row selected from the table converts
+by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from bot.types import PendingAction
+
+RunStatus = Literal["running", "recovering", "finished"]
+DeliveryState = Literal["pending", "sending", "delivered", "failed"]
+PendingState = Literal["open", "executing", "done", "failed", "cancelled", "expired", "unknown"]
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as stored: what the CLI lists and a sweeper inspects."""
+
+    id: str
+    conversation_key: str
+    platform: str
+    user_id: str
+    question: str
+    status: RunStatus
+    reason: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    latency_ms: float
+    model: str
+    trace: list[dict[str, Any]]
+    feedback: str | None
+    feedback_by: str | None
+    owner: str
+
+
+@dataclass(frozen=True)
+class PendingRecord:
+    """Everything stored about a pending action, including the frozen call and the run to resume."""
+
+    id: str
+    run_id: str
+    conversation_key: str
+    requester: str
+    tool: str
+    call_id: str
+    arguments: dict[str, Any]
+    args_hash: str
+    text: str
+    state: PendingState
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None
+    decider: str | None
+    finished_at: datetime | None
+    result: dict[str, Any] | None
+    platform_message: dict[str, Any] | None
+    run_state: dict[str, Any]
+
+    def as_action(self) -> PendingAction:
+        """The public view adapters render as a card."""
+        return PendingAction(
+            id=self.id,
+            tool=self.tool,
+            arguments=self.arguments,
+            args_hash=self.args_hash,
+            requester=self.requester,
+            text=self.text,
+            expires_at=self.expires_at,
+            state=self.state,
+        )
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a conversation lives: what a handoff links back to."""
+
+    key: str
+    platform: str
+    tenant: str
+    channel: str
+    thread: str
+    link: str | None
+    address: dict[str, Any] | None = None  # the platform's reference for posting here later
+
+
+@dataclass(frozen=True)
+class HandoffRecord:
+    """A stored helpdesk case."""
+
+    number: int
+    origin: str
+    created_at: datetime
+    reason: str
+    user_id: str
+    user_name: str
+    user_email: str | None
+    platform: str
+    tenant: str
+    channel: str
+    thread: str
+    link: str | None
+    conversation_key: str
+    run_id: str | None
+    question: str
+    reply_within: str
+    transcript: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeliveryRecord:
+    """One destination's delivery of one case, as the outbox sees it."""
+
+    id: int
+    case_number: int
+    destination: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: datetime
+    claimed_by: str | None
+    claimed_at: datetime | None
+    last_error: str | None
+    external_ref: str | None
+    delivered_at: datetime | None
+    created_at: datetime
+
+
+def to_run_row(row: Any) -> RunRow:
+    """A ``runs`` row as the record callers get."""
+    return RunRow(**row._mapping)
+
+
+def to_pending_record(row: Any) -> PendingRecord:
+    """A ``pending_actions`` row as the record callers get."""
+    return PendingRecord(**row._mapping)
+
+
+def to_handoff_record(row: Any) -> HandoffRecord:
+    """A ``handoffs`` row as the record callers get."""
+    return HandoffRecord(**row._mapping)
+
+
+def to_delivery_record(row: Any) -> DeliveryRecord:
+    """A ``handoff_deliveries`` row as the record callers get."""
+    return DeliveryRecord(**row._mapping)
