@@ -238,8 +238,10 @@ def _relevant(payload: dict[str, Any], answer: dict[str, str], level: str) -> bo
 
 
 def _heading_key(heading: str) -> str:
-    """Labels quote headings as the source writes them ("**Restricted**"); the index drops the emphasis."""
-    return " ".join(re.sub(r"[*_]", "", heading).split()).casefold()
+    """Labels quote headings as the source writes them ("**Restricted**", "[Phishing](url)"); the index
+    keeps their text only."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    return " ".join(re.sub(r"[*_]", "", text).split()).casefold()
 
 
 def _ranking(ranks: list[float | None]) -> dict[str, float]:
