@@ -36,7 +36,7 @@ from bot.service import PolicyPal
 from bot.wiring import open_service
 from retrieval.types import Passage
 from tests.adapters.test_slack_manifest import web_api_methods
-from tests.bot.helpers import settings_for
+from tests.bot.helpers import OnePassage, settings_for
 from tests.fakes.openai_server import FakeOpenAI, delay, text, tool_calls
 from tests.fakes.slack_api import (
     FakeSlackAPI,
@@ -62,17 +62,6 @@ PASSAGE = Passage(
     source="https://intranet.example.com/policies/remote-work",
     text="Employees may work from abroad for up to four weeks a year with their manager's approval.",
 )
-
-
-class OnePassage:
-    """A searcher that always finds the same passage: these tests are about Slack, not retrieval."""
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    async def asearch(self, query: str, k: int = 5, filter: Any = None) -> list[Passage]:
-        self.queries.append(query)
-        return [PASSAGE]
 
 
 @dataclass
@@ -139,7 +128,7 @@ async def running_slack(
             **overrides,
         }
         settings = settings_for(tmp_path, model, **values)
-        service = await open_service(settings, searcher=OnePassage())
+        service = await open_service(settings, searcher=OnePassage(PASSAGE))
         app = build_app(settings, service)
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
@@ -436,7 +425,7 @@ async def test_a_token_slack_rejects_stops_the_server_at_start(tmp_path, fake_op
             slack_signing_secret=SECRET,
             slack_api_url=fake_slack.base_url,
         )
-        service = await open_service(settings, searcher=OnePassage())
+        service = await open_service(settings, searcher=OnePassage(PASSAGE))
         server = TestServer(build_app(settings, service), host="127.0.0.1")
         with pytest.raises(ConfigError, match="invalid_auth"):
             await server.start_server()
@@ -453,7 +442,7 @@ async def test_without_slack_settings_there_is_no_slack_route(tmp_path, fake_ope
 async def test_socket_mode_is_built_with_the_app_token_and_the_configured_api_url(tmp_path, fake_openai):
     async with FakeSlackAPI() as fake_slack:
         settings = settings_for(tmp_path, fake_openai)
-        service = await open_service(settings, searcher=OnePassage())
+        service = await open_service(settings, searcher=OnePassage(PASSAGE))
         credentials = SlackCredentials(fake_slack.token, None, "xapp-1-A0APP-123-abc", fake_slack.base_url)
         runtime = await start_slack(service, credentials, GroupMap(), connect=False)
         try:
@@ -469,7 +458,7 @@ async def test_socket_mode_is_built_with_the_app_token_and_the_configured_api_ur
 
 async def test_an_app_token_slack_refuses_stops_the_server_at_start(tmp_path, fake_openai):
     async with FakeSlackAPI() as fake_slack:
-        service = await open_service(settings_for(tmp_path, fake_openai), searcher=OnePassage())
+        service = await open_service(settings_for(tmp_path, fake_openai), searcher=OnePassage(PASSAGE))
         credentials = SlackCredentials(fake_slack.token, None, "xapp-1-revoked", fake_slack.base_url)
         try:
             with pytest.raises(ConfigError, match=r"SLACK_APP_TOKEN \(apps.connections.open: invalid_auth\)"):

@@ -14,11 +14,32 @@ from bot.config import Settings
 from bot.service import PolicyPal, Reply
 from bot.types import Inbound, UserRef
 from bot.wiring import open_service
+from retrieval.types import Passage
 from tests.fakes.openai_server import FakeOpenAI, RecordedRequest
 
 ALICE = UserRef("U_ALICE", "Alice", "alice@example.com", groups=("all",))
 BOB = UserRef("U_BOB", "Bob", groups=("all",))
 _events = itertools.count()
+PASSAGE = Passage(
+    score=0.9,
+    doc_id="expenses",
+    title="Expenses Policy",
+    heading="Expenses Policy > Receipts",
+    source="https://intranet.example.com/policies/expenses",
+    text="Keep receipts for every expense over 25 EUR.",
+)
+
+
+class OnePassage:
+    """A searcher that always finds the same passage: the model or a platform, not retrieval, is under test."""
+
+    def __init__(self, passage: Passage = PASSAGE) -> None:
+        self.passage = passage
+        self.queries: list[str] = []
+
+    async def asearch(self, query: str, k: int = 5, filter: Any = None) -> list[Passage]:
+        self.queries.append(query)
+        return [self.passage]
 
 
 def settings_for(tmp_path: Path, fake: FakeOpenAI, **overrides: Any) -> Settings:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import aiohttp
 import pytest
@@ -15,8 +14,7 @@ from adapters.helpdesk_destinations import destinations
 from adapters.server import build_app
 from adapters.slack import EVENTS_PATH
 from bot.wiring import open_service
-from retrieval.types import Passage
-from tests.bot.helpers import settings_for
+from tests.bot.helpers import OnePassage, settings_for
 from tests.fakes.openai_server import tool_calls
 from tests.fakes.slack_api import FakeSlackAPI, event_envelope, mention_event, signed_headers
 
@@ -24,21 +22,6 @@ pytestmark = pytest.mark.asyncio
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 HELPDESK = "C0HELPDESK"
-PASSAGE = Passage(
-    score=0.9,
-    doc_id="expenses",
-    title="Expenses Policy",
-    heading="Expenses Policy > Receipts",
-    source="https://intranet.example.com/policies/expenses",
-    text="Keep receipts for every expense over 25 EUR.",
-)
-
-
-class OnePassage:
-    async def asearch(self, query: str, k: int = 5, filter: Any = None) -> list[Passage]:
-        return [PASSAGE]
-
-
 async def test_a_step_budget_give_up_in_slack_names_the_case_and_the_helpdesk_channel_gets_the_transcript(
     tmp_path, fake_openai
 ):

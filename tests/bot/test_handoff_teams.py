@@ -4,10 +4,6 @@ thread, and the server's outbox posts the case card to the helpdesk channel."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-import types
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -15,41 +11,16 @@ from aiohttp import web
 from adapters.helpdesk_destinations import destinations
 from adapters.server import build_app
 from bot.wiring import open_service
-from retrieval.types import Passage
-from tests.bot.helpers import settings_for
+from tests.bot.helpers import OnePassage, settings_for
 from tests.fakes.bot_connector import CHANNEL, TENANT, FakeBotConnector
 from tests.fakes.openai_server import tool_calls
 
 pytestmark = pytest.mark.asyncio
 
 HELPDESK = "19:helpdesk@thread.tacv2"
-PASSAGE = Passage(
-    score=0.9,
-    doc_id="expenses",
-    title="Expenses Policy",
-    heading="Expenses Policy > Receipts",
-    source="https://intranet.example.com/policies/expenses",
-    text="Keep receipts for every expense over 25 EUR.",
-)
-
-
-class OnePassage:
-    async def asearch(self, query: str, k: int = 5, filter: Any = None) -> list[Passage]:
-        return [PASSAGE]
-
-
-def without_slack(monkeypatch: pytest.MonkeyPatch) -> None:
-    """build_app also mounts Slack; unconfigured it adds nothing, but stand in if the module is absent."""
-    if importlib.util.find_spec("adapters.slack") is None:
-        stub = types.ModuleType("adapters.slack")
-        stub.add_slack_routes = lambda app, settings: None  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "adapters.slack", stub)
-
-
 async def test_a_step_budget_give_up_in_teams_names_the_case_and_the_helpdesk_channel_gets_the_card(
-    tmp_path, fake_openai, monkeypatch
+    tmp_path, fake_openai
 ):
-    without_slack(monkeypatch)
     fake_openai.script(
         tool_calls(("search_policies", {"query": "expense receipts"})),
         tool_calls(("search_policies", {"query": "taxi expenses"})),
