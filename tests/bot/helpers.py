@@ -15,7 +15,7 @@ from bot.service import PolicyPal, Reply
 from bot.types import Inbound, UserRef
 from bot.wiring import open_service
 from retrieval.types import Passage
-from tests.fakes.openai_server import FakeOpenAI, RecordedRequest
+from tests.fakes.openai_server import FakeOpenAI, RecordedRequest, tool_calls
 
 ALICE = UserRef("U_ALICE", "Alice", "alice@example.com", groups=("all",))
 BOB = UserRef("U_BOB", "Bob", groups=("all",))
@@ -91,3 +91,21 @@ async def eventually(condition: Callable[[], object], timeout_s: float = 5.0) ->
             if condition():
                 return
             await asyncio.sleep(0.01)
+
+
+async def wait_delivered(store: Any, case_number: int = 1, timeout: float = 5.0) -> None:
+    """Wait until the server's outbox worker has recorded the case as delivered everywhere."""
+    async with asyncio.timeout(timeout):
+        while True:
+            rows = await store.deliveries([case_number])
+            if rows and all(r.state == "delivered" for r in rows):
+                return
+            await asyncio.sleep(0.02)
+
+
+def two_searches() -> list[Any]:
+    """A model that searches twice: with max_steps=2 the run gives up on the step budget."""
+    return [
+        tool_calls(("search_policies", {"query": "expense receipts"})),
+        tool_calls(("search_policies", {"query": "taxi expenses"})),
+    ]

@@ -3,7 +3,6 @@ thread, and the server's outbox posts the case with its transcript to the helpde
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import aiohttp
@@ -14,21 +13,19 @@ from adapters.helpdesk_destinations import destinations
 from adapters.server import build_app
 from adapters.slack import EVENTS_PATH
 from bot.wiring import open_service
-from tests.bot.helpers import OnePassage, settings_for
-from tests.fakes.openai_server import tool_calls
+from tests.bot.helpers import OnePassage, settings_for, two_searches, wait_delivered
 from tests.fakes.slack_api import FakeSlackAPI, event_envelope, mention_event, signed_headers
 
 pytestmark = pytest.mark.asyncio
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 HELPDESK = "C0HELPDESK"
+
+
 async def test_a_step_budget_give_up_in_slack_names_the_case_and_the_helpdesk_channel_gets_the_transcript(
     tmp_path, fake_openai
 ):
-    fake_openai.script(
-        tool_calls(("search_policies", {"query": "expense receipts"})),
-        tool_calls(("search_policies", {"query": "taxi expenses"})),
-    )
+    fake_openai.script(*two_searches())
     async with FakeSlackAPI() as slack:
         slack.add_user("U_ALICE", "alice", "alice@example.com")
         settings = settings_for(
@@ -51,7 +48,9 @@ async def test_a_step_budget_give_up_in_slack_names_the_case_and_the_helpdesk_ch
                 async with session.post(url, data=body.encode(), headers=signed_headers(SECRET, body)) as response:
                     assert response.status == 200
             (reply,) = await slack.wait_for("chat.postMessage", where=lambda c: c.get("channel") == "C0GENERAL")
-            summary, *thread = await slack.wait_for("chat.postMessage", 2, where=lambda c: c.get("channel") == HELPDESK)
+            await slack.wait_for("chat.postMessage", 2, where=lambda c: c.get("channel") == HELPDESK)
+            await wait_delivered(service.store)
+            (record,) = await service.store.deliveries([1])
         finally:
             await server.close()
             await service.close()
@@ -61,7 +60,6 @@ async def test_a_step_budget_give_up_in_slack_names_the_case_and_the_helpdesk_ch
     assert "I couldn't finish this reliably" in shown and "HD-1001" in shown
     assert "reply in this thread" in shown
 
-    (record,) = await _deliveries(tmp_path)
     assert (record.destination, record.state) == ("slack", "delivered")
     summary, *thread = slack.calls_to("chat.postMessage", lambda c: c.get("channel") == HELPDESK)
     assert summary["text"].startswith("HD-1001 · alice (U_ALICE, alice@example.com) · ran out of steps")
@@ -72,23 +70,3 @@ async def test_a_step_budget_give_up_in_slack_names_the_case_and_the_helpdesk_ch
     transcript = "".join(call["text"] for call in thread).replace("&quot;", '"')
     assert "# HD-1001: ran out of steps" in transcript
     assert '"query": "expense receipts"' in transcript and '"query": "taxi expenses"' in transcript
-
-
-async def delivered(store, timeout: float = 5.0) -> None:
-    """Wait until the server's outbox worker has recorded case 1 as delivered everywhere."""
-    async with asyncio.timeout(timeout):
-        while True:
-            rows = await store.deliveries([1])
-            if rows and all(r.state == "delivered" for r in rows):
-                return
-            await asyncio.sleep(0.02)
-
-
-async def _deliveries(tmp_path):
-    from bot.store import Store
-
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'policypal.db'}")
-    try:
-        return await store.deliveries([1])
-    finally:
-        await store.close()

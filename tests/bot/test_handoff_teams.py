@@ -3,28 +3,24 @@ thread, and the server's outbox posts the case card to the helpdesk channel."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiohttp import web
 
 from adapters.helpdesk_destinations import destinations
 from adapters.server import build_app
 from bot.wiring import open_service
-from tests.bot.helpers import OnePassage, settings_for
+from tests.bot.helpers import OnePassage, settings_for, two_searches, wait_delivered
 from tests.fakes.bot_connector import CHANNEL, TENANT, FakeBotConnector
-from tests.fakes.openai_server import tool_calls
 
 pytestmark = pytest.mark.asyncio
 
 HELPDESK = "19:helpdesk@thread.tacv2"
+
+
 async def test_a_step_budget_give_up_in_teams_names_the_case_and_the_helpdesk_channel_gets_the_card(
     tmp_path, fake_openai
 ):
-    fake_openai.script(
-        tool_calls(("search_policies", {"query": "expense receipts"})),
-        tool_calls(("search_policies", {"query": "taxi expenses"})),
-    )
+    fake_openai.script(*two_searches())
     async with FakeBotConnector() as channel:
         settings = settings_for(
             tmp_path,
@@ -48,7 +44,7 @@ async def test_a_step_budget_give_up_in_teams_names_the_case_and_the_helpdesk_ch
             transcript = await channel.wait_for(
                 lambda r: r.type == "message" and r.conversation_id == f"{HELPDESK};messageid={card_post.id}"
             )
-            await delivered(service.store)
+            await wait_delivered(service.store)
             case = await service.store.get_handoff(1)
         finally:
             await runner.cleanup()
@@ -64,13 +60,3 @@ async def test_a_step_budget_give_up_in_teams_names_the_case_and_the_helpdesk_ch
     assert facts["Case"] == "HD-1001"
     assert "Do I need receipts for taxis?" in str(card["body"])
     assert "HD-1001" in transcript.text and "expense receipts" in transcript.text  # the whole transcript
-
-
-async def delivered(store, timeout: float = 5.0) -> None:
-    """Wait until the server's outbox worker has recorded case 1 as delivered everywhere."""
-    async with asyncio.timeout(timeout):
-        while True:
-            rows = await store.deliveries([1])
-            if rows and all(r.state == "delivered" for r in rows):
-                return
-            await asyncio.sleep(0.02)
