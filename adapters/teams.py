@@ -29,7 +29,7 @@ from aiohttp import web
 from botbuilder.core import CloudAdapterBase, InvokeResponse, TurnContext
 from botbuilder.core.teams import TeamsActivityHandler
 from botbuilder.integration.aiohttp import CloudAdapter, ConfigurationBotFrameworkAuthentication
-from botbuilder.schema import Activity, AdaptiveCardInvokeResponse, ConversationReference
+from botbuilder.schema import Activity, AdaptiveCardInvokeResponse, ChannelAccount, ConversationReference
 from botframework.connector.aio import ConnectorClient
 
 from adapters.server import SERVICE
@@ -170,13 +170,16 @@ async def _json_body(request: web.Request) -> Json | None:
 
 
 class _Handler(TeamsActivityHandler):
-    """Routes the two activities PolicyPal acts on to the bot; the stock handler does the rest."""
+    """Routes messages, card clicks and its own install to the bot; the stock handler does the rest."""
 
     def __init__(self, bot: TeamsBot) -> None:
         self.bot = bot
 
     async def on_message_activity(self, turn_context: TurnContext) -> None:
         self.bot.on_message(_activity_json(turn_context))
+
+    async def on_members_added_activity(self, members_added: list[ChannelAccount], turn_context: TurnContext) -> None:
+        self.bot.on_members_added(_activity_json(turn_context))
 
     async def on_invoke_activity(self, turn_context: TurnContext) -> InvokeResponse | None:
         if turn_context.activity.name != CARD_ACTION:

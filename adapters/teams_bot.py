@@ -117,6 +117,18 @@ class TeamsBot:
             return
         self._spawn(self._answer(activity, reference))
 
+    def on_members_added(self, activity: Activity) -> None:
+        """Greet a user who installs the bot in personal chat; channel installs stay quiet."""
+        bot_id = (activity.get("recipient") or {}).get("id")
+        added = {str(member.get("id")) for member in activity.get("membersAdded") or []}
+        personal = (activity.get("conversation") or {}).get("conversationType") == "personal"
+        if bot_id not in added or not personal:
+            return
+        if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
+            log.info("teams: not greeting tenant %r, which is not allowed", tenant_of(activity))
+            return
+        self._spawn(self._send_safely(reference_of(activity), cards.message(cards.WELCOME_TEXT)))
+
     async def _answer(self, activity: Activity, reference: Json) -> None:
         typing = self._spawn(self._keep_typing(reference))
         try:

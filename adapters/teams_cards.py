@@ -30,6 +30,11 @@ REFUSAL_TEXT = "Sorry, PolicyPal isn't available for your organization. Please a
 ERROR_TEXT = "Sorry, something went wrong on my side, so I couldn't answer. Please try again in a moment."
 EMPTY_TEXT = "Ask me about a company policy, for example: *How many vacation days do I have?*"
 HANDOFF_STARTED = "Passing this conversation to the helpdesk…"
+WELCOME_TEXT = (
+    "Hi, I'm **PolicyPal**. Ask me about company policies, for example: *How many vacation days do I have?* "
+    "I answer from the policy documents and show my sources. If something needs IT, I can prepare a ticket, "
+    "and nothing is raised until you press **Confirm**. In a channel, @mention me."
+)
 
 
 # --- building blocks ------------------------------------------------------------------------------

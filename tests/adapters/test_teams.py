@@ -25,7 +25,7 @@ from bot.config import Settings
 from bot.service import PolicyPal
 from bot.wiring import open_service
 from tests.bot.helpers import settings_for
-from tests.fakes.bot_connector import ALICE, CHANNEL, GUEST, TENANT, FakeBotConnector, Recorded
+from tests.fakes.bot_connector import ALICE, BOT_ID, CHANNEL, GUEST, TENANT, FakeBotConnector, Recorded
 from tests.fakes.openai_server import FakeOpenAI, Turn, respond, text, tool_calls
 
 TICKET = {"category": "network_vpn", "summary": "NorthGate VPN fails with NG-809", "urgency": "high"}
@@ -256,3 +256,34 @@ async def test_a_failed_run_becomes_an_apology_not_silence(teams, monkeypatch):
     await teams.post(teams.channel.personal_message("hello"))
     reply = await teams.reply()
     assert reply.text.startswith("Sorry, something went wrong")
+
+
+# --- install -----------------------------------------------------------------------------------------
+
+
+def install(teams: Teams, member_id: str = BOT_ID, conversation_type: str = "personal", tenant: str = TENANT) -> dict:
+    """The conversationUpdate Teams sends when the bot (or someone) joins a conversation."""
+    conversation = {"id": f"a:install-{member_id}", "conversationType": conversation_type, "tenantId": tenant}
+    activity = teams.channel.activity(conversation, ALICE, type="conversationUpdate", membersAdded=[{"id": member_id}])
+    activity["channelData"]["tenant"] = {"id": tenant}
+    activity.pop("text", None)
+    return activity
+
+
+async def test_installing_the_bot_in_personal_chat_sends_a_welcome(teams):
+    activity = install(teams)
+    status, _ = await teams.post(activity)
+    welcome = await teams.reply()
+    assert status in (200, 201)
+    assert welcome.conversation_id == activity["conversation"]["id"]
+    assert welcome.text.startswith("Hi, I'm **PolicyPal**") and "Confirm" in welcome.text
+    assert teams.model.requests == []  # a greeting, not a run
+
+
+async def test_no_welcome_for_someone_else_joining_a_channel_install_or_a_foreign_tenant(teams):
+    for activity in (install(teams, member_id="29:someone-else"), install(teams, conversation_type="channel"),
+                     install(teams, tenant="tenant-not-allowed")):  # fmt: skip
+        status, _ = await teams.post(activity)
+        assert status in (200, 201)
+    await asyncio.sleep(0.3)
+    assert teams.channel.messages() == []
