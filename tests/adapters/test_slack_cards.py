@@ -39,7 +39,17 @@ async def post_card(rig: SlackRig, *turns: Any) -> tuple[SlackCall, dict[str, An
     event = mention_event(ALICE, "<@UBOT> my VPN says NG-809, please open a ticket")
     await rig.send(event_envelope(event))
     (card,) = await rig.replies()
+    await stored_where_posted(rig)  # stored just after chat.postMessage returns; no one clicks faster
     return card, event
+
+
+async def stored_where_posted(rig: SlackRig) -> None:
+    for _ in range(100):
+        pending = await rig.service.store.find_pending("open")
+        if pending and pending[0].platform_message:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the card's message was never stored with its pending action")
 
 
 def button(card: SlackCall, action_id: str) -> str:
