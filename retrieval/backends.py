@@ -1,7 +1,8 @@
 """The storage seam: one small protocol, served in-process by qdrant-edge or by a Qdrant server.
 
 Both backends store the same points (a named dense vector, a BM25 sparse vector with IDF, and a
-payload) and answer the same two rankings (dense and BM25), so everything above this module is backend-neutral.
+payload) and answer with the same two rankings (dense and BM25), so everything above this module is
+backend-neutral.
 
 Errors a user can act on::
 
