@@ -2,6 +2,9 @@
 
     /work/venv/bin/python benchmarks/retrieval.py [--quick] [--dump-signals FILE]
 
+--dump-signals writes a line per labelled question (floor signals, the first relevant rank at section
+and doc level, the top three hits): the place to start reading misses.
+
 Quality: each labelled question (examples/questions.jsonl, and benchmarks/labels/*.jsonl for the real
 corpora under /work/shared/corpora when present) is answered with k=10. A hit is relevant when its
 document is a labelled one and the label's heading is contained in the hit's heading path (section
@@ -219,7 +222,9 @@ def _signals(question: dict[str, Any], retrieval: Retrieval, passes: bool) -> di
         "id": question["id"], "answerable": question["answerable"], "passes": passes,
         "best_dense": round(retrieval.best_dense, 4), "dense_contrast": round(retrieval.dense_contrast, 4),
         "term_strength": round(retrieval.term_strength, 4),
-        "hybrid_hit": _first_rank(retrieval.fused, question["answers"], "section") is not None,
+        "section_rank": _first_rank(retrieval.fused, question["answers"], "section"),
+        "doc_rank": _first_rank(retrieval.fused, question["answers"], "doc"),
+        "top3": [f"{hit.payload.get('doc_id')} | {hit.payload.get('heading')}" for hit in retrieval.fused[:3]],
     }
 
 
@@ -345,7 +350,8 @@ def reindex_seconds(corpus: Corpus) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="sample corpus only")
-    parser.add_argument("--dump-signals", type=Path, help="append per-question floor signals (JSON lines)")
+    parser.add_argument("--dump-signals", type=Path,
+                        help="append per question: floor signals, first relevant ranks, top 3 hits (JSON lines)")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
