@@ -160,14 +160,15 @@ class SlackBridge:
         record = await self._requesters_record(click, pending_id, choice)
         if record is None:
             return
-        shown: list[DecisionReply] = []
+        card_shown = False
 
         async def on_result(early: DecisionReply) -> None:
-            shown.append(early)
+            nonlocal card_shown
+            card_shown = True
             await self._show_result(click, early, record)
 
         decided = await self._decide(click, record, choice, args_hash, on_result)
-        await self._show_decision(click, decided, record, card_shown=bool(shown))
+        await self._show_decision(click, decided, record, card_shown=card_shown)
 
     async def _requesters_record(self, click: Click, pending_id: str, choice: Choice) -> PendingRecord | None:
         """The stored action if the clicker is its requester; otherwise a private note and None."""
