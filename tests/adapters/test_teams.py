@@ -72,14 +72,20 @@ async def teams(
 
 
 async def running_teams(
-    tmp_path: Path, fake: FakeOpenAI, index: Any, monkeypatch: pytest.MonkeyPatch, **overrides: Any
+    tmp_path: Path,
+    fake: FakeOpenAI,
+    index: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    invoke_wait_s: float = 4.0,
+    **overrides: Any,
 ) -> AsyncIterator[Teams]:
     """Service, app and fake channel, started; everything closed afterwards."""
     ensure_slack_module(monkeypatch)
     # These 2 cores are shared: give a click's answer room so a busy machine does not turn a refusal
     # into "Working on it…" (the production default stays within Teams' invoke timeout).
     built = teams_module.options_from
-    monkeypatch.setattr(teams_module, "options_from", lambda settings: replace(built(settings), invoke_wait_s=4.0))
+    wait = invoke_wait_s
+    monkeypatch.setattr(teams_module, "options_from", lambda settings: replace(built(settings), invoke_wait_s=wait))
     values = {"teams_allow_unauthenticated": True, "teams_allowed_tenants": f"{TENANT},tenant-other-ok", **overrides}
     settings = settings_for(tmp_path, fake, **values)
     service = await open_service(settings, searcher=index)

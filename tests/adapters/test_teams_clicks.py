@@ -17,6 +17,7 @@ from bot.db_types import utcnow
 from bot.records import PendingRecord
 from tests.adapters.test_teams import TICKET, Teams, running_teams
 from tests.fakes.bot_connector import ALICE, BOB, CHANNEL, Recorded
+from tests.fakes.helpdesk_servers import FakeWebhook, slow
 from tests.fakes.openai_server import delay, text, tool_calls
 
 
@@ -112,6 +113,26 @@ async def test_confirm_by_the_requester_answers_fast_replaces_the_card_and_repli
     assert posted.conversation_id.startswith(f"{CHANNEL};messageid=")
     ticket = await teams.service.store.get_ticket(1)
     assert {k: ticket[k] for k in TICKET} == TICKET and ticket["requester_id"] == ALICE["aadObjectId"]
+
+
+async def test_a_slow_ticket_system_gets_creating_the_ticket_then_the_posted_card_shows_it(
+    tmp_path, fake_openai, sample_index, monkeypatch
+):
+    async with FakeWebhook() as hook:
+        hook.script(slow(1.5))  # creates the ticket, answers after the click's 0.3 s wait (and well within our timeout)
+        harness = running_teams(tmp_path, fake_openai, sample_index, monkeypatch, invoke_wait_s=0.3,
+                                tickets="webhook", tickets_webhook_url=hook.url, tickets_webhook_secret=hook.secret)
+        teams = await anext(harness)
+        try:
+            teams.model.script(propose(), text("Done: your ticket is open."))
+            posted, card = await card_in_channel(teams)
+            seen = await click(teams, posted, "confirm", card)
+            assert "Confirmed by Alice Example. Creating the ticket…" in card_text(seen) and "actions" not in seen
+            update = await teams.channel.wait_for(lambda r: r.kind == "update")
+            assert "WH-1" in card_text(update.cards[0]) and "actions" not in update.cards[0]
+            assert (await teams.reply(count=2)).text == "Done: your ticket is open."
+        finally:
+            await harness.aclose()
 
 
 async def test_another_user_is_told_only_the_requester_can_decide_and_nothing_runs(teams):
