@@ -18,6 +18,8 @@ import gc
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -25,6 +27,7 @@ from adapters.app_keys import READINESS, SERVICE, SETTINGS
 from adapters.checks import PLATFORM_CHECKS
 from adapters.health import QuietProbesAccessLogger, add_health_routes, count_platform_requests, register_probes
 from adapters.helpdesk_destinations import destinations
+from adapters.index_socket import serving, socket_path
 from bot.config import Settings
 from bot.config_check import find_problems, report
 from bot.logs import configure_json_logging
@@ -33,6 +36,7 @@ from bot.redaction import Redactor
 from bot.service import PolicyPal
 from bot.sweeper import Sweeper
 from bot.wiring import open_service, sweep_policy
+from retrieval.commands import format_report
 
 __all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
 
@@ -54,6 +58,7 @@ def build_app(settings: Settings, service: PolicyPal | None = None, *, sweep: bo
     add_health_routes(app)
     app.cleanup_ctx.append(_service_context(service))
     app.cleanup_ctx.append(_outbox_worker)
+    app.cleanup_ctx.append(_index_socket)
     from adapters.slack import add_slack_routes
     from adapters.teams import add_teams_routes
 
@@ -101,6 +106,23 @@ async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
     outbox.stop()  # finish what is in flight, so a half-posted case is not posted again after a restart
     with contextlib.suppress(asyncio.CancelledError, TimeoutError):
         await asyncio.wait_for(task, outbox.policy.deliver_timeout_s + 1)
+
+
+async def _index_socket(app: web.Application) -> AsyncIterator[None]:
+    """Let `policypal index` reach the embedded index this server holds (adapters/index_socket.py)."""
+    cfg = app[SETTINGS].retrieval()
+    owned = app[SERVICE].searcher
+    if cfg.qdrant_url or not hasattr(owned, "index_paths"):
+        yield  # a Qdrant server takes writes from any process; a test's searcher indexes nothing
+        return
+
+    async def index_paths(paths: list[Path]) -> dict[str, Any]:
+        report, location = await owned.index_paths(paths)
+        failures = [[str(failure.path), failure.reason] for failure in report.failures]
+        return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
+
+    async with serving(socket_path(cfg), index_paths):
+        yield
 
 
 def _operations(sweep: bool) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -90,11 +90,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _index(settings: Settings, paths: list[str]) -> int:
+    """Index here, or through `policypal serve` when it holds the embedded index."""
+    from adapters.index_socket import forward_index
+    from retrieval.commands import run_index
+
+    cfg = settings.retrieval()
+    forwarded = forward_index(cfg, paths)
+    if forwarded is None:
+        return run_index(cfg, paths)
+    if forwarded.error:
+        print(f"The running server could not index: {forwarded.error}", file=sys.stderr)
+        return 1
+    print("(indexed by the running `policypal serve`, which holds the index)", file=sys.stderr)
+    sys.stdout.write(forwarded.text)
+    for path, reason in forwarded.failures:
+        print(f"failed: {path}: {reason}", file=sys.stderr)
+    return 0 if forwarded.ok else 1
+
+
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "index":
-        from retrieval.commands import run_index
-
-        return run_index(settings.retrieval(), args.paths)
+        return _index(settings, args.paths)
     if args.command == "search":
         from retrieval.commands import run_search
 

@@ -1,0 +1,118 @@
+"""`policypal index` while `policypal serve` holds the embedded index: it goes through the server."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from adapters.index_socket import ROUTE, forward_index, socket_path
+from adapters.server import build_app
+from bot.cli import _index
+from bot.config import Settings
+from bot.service import PolicyPal
+from bot.wiring import open_service
+from retrieval.commands import run_index
+from tests.bot.helpers import settings_for
+from tests.fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.asyncio
+
+LEAVE = "# Leave\n\n## Carrying over\n\nYou may carry over up to five unused days into the next year.\n"
+BIKES = "# Cycle to work\n\n## The scheme\n\nThe cycle-to-work scheme lends you up to 1,500 EUR for a bicycle.\n"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    return folder
+
+
+@pytest_asyncio.fixture
+async def serving(tmp_path: Path, fake_openai: FakeOpenAI) -> AsyncIterator[tuple[Settings, PolicyPal]]:
+    """`policypal serve` on loopback, holding an embedded index of one policy."""
+    settings = settings_for(tmp_path, fake_openai)
+    assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    service = await open_service(settings)
+    runner = web.AppRunner(build_app(settings, service))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield settings, service
+    finally:
+        await runner.cleanup()
+        await service.close()
+
+
+async def test_index_during_serve_is_done_by_the_server_and_searchable_at_once(serving, tmp_path, capsys):
+    settings, service = serving
+    more = write(tmp_path / "more", "bikes.md", BIKES)
+
+    code = await asyncio.to_thread(_index, settings, [str(more)])
+
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "indexed by the running `policypal serve`" in err
+    assert "added (1): bikes.md" in out
+    passages = await service.searcher.asearch("is there a cycle to work scheme", 3)
+    assert passages and passages[0].doc_id == "bikes.md"
+
+
+async def test_the_socket_is_for_its_owner_only_and_gone_after_shutdown(tmp_path, fake_openai):
+    settings = settings_for(tmp_path, fake_openai)
+    assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    service = await open_service(settings)
+    runner = web.AppRunner(build_app(settings, service))
+    await runner.setup()
+    path = socket_path(settings.retrieval())
+    try:
+        assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        await runner.cleanup()
+        await service.close()
+    assert not path.exists()
+
+
+async def test_bad_requests_get_a_clear_error(serving):
+    settings, _ = serving
+    connector = aiohttp.UnixConnector(path=str(socket_path(settings.retrieval())))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for body in ({"paths": "relative/dir"}, {"paths": ["relative/dir"]}, {"nothing": 1}):
+            async with session.post(f"http://localhost{ROUTE}", json=body) as response:
+                assert response.status == 400
+                assert (await response.json())["error"] == 'send {"paths": [absolute paths]}'
+
+
+async def test_a_socket_left_by_a_killed_server_is_ignored_and_the_cli_indexes_itself(tmp_path, fake_openai):
+    settings = settings_for(tmp_path, fake_openai)
+    cfg = settings.retrieval()
+    assert run_index(cfg, [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(socket_path(cfg)))  # bound, never listening, never unlinked: as a SIGKILL leaves it
+    stale.close()
+
+    assert forward_index(cfg, [tmp_path / "policies"]) is None
+    assert await asyncio.to_thread(_index, settings, [str(write(tmp_path / "more", "bikes.md", BIKES))]) == 0
+
+
+async def test_a_socket_that_cannot_be_created_is_logged_and_the_server_still_starts(tmp_path, fake_openai, caplog):
+    settings = settings_for(tmp_path, fake_openai)
+    cfg = settings.retrieval()
+    assert run_index(cfg, [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    socket_path(cfg).mkdir()  # a directory where the socket should go: binding fails
+    service = await open_service(settings)
+    runner = web.AppRunner(build_app(settings, service))
+    try:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+    finally:
+        await runner.cleanup()
+        await service.close()
+    assert "cannot listen on" in caplog.text
