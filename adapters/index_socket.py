@@ -138,9 +138,10 @@ def forward_index(cfg: RetrievalConfig, paths: Sequence[str | Path]) -> Forwarde
         return None  # a socket left by a killed server: nobody holds the index now
     finally:
         connection.close()
-    if response.status != 200:
-        return Forwarded(error=str(answer.get("error") or f"the server answered {response.status}"))
     failures = [(str(p), str(reason)) for p, reason in answer.get("failures", [])]
+    if response.status != 200 or answer.get("error"):
+        error = str(answer.get("error") or f"the server answered {response.status}")
+        return Forwarded(failures=failures, error=error)
     return Forwarded(text=str(answer.get("text", "")), failures=failures, ok=bool(answer.get("ok")))
 
 

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from bot.redaction import Redactor
 from bot.service import PolicyPal
 from bot.sweeper import Sweeper
 from bot.wiring import open_service, sweep_policy
-from retrieval.commands import format_report
+from retrieval.commands import format_report, load_for_index
 
 __all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
 
@@ -112,12 +113,18 @@ async def _index_socket(app: web.Application) -> AsyncIterator[None]:
     """Let `policypal index` reach the embedded index this server holds (adapters/index_socket.py)."""
     cfg = app[SETTINGS].retrieval()
     owned = app[SERVICE].searcher
-    if cfg.qdrant_url or not hasattr(owned, "index_paths"):
+    if cfg.qdrant_url or not hasattr(owned, "index_loads"):
         yield  # a Qdrant server takes writes from any process; a test's searcher indexes nothing
         return
 
     async def index_paths(paths: list[Path]) -> dict[str, Any]:
-        report, location = await owned.index_paths(paths)
+        started = time.perf_counter()
+        loads, nothing = await asyncio.to_thread(load_for_index, paths)
+        failures = [[str(f.path), f.reason] for load in loads for f in load.report.failures]
+        if nothing:
+            return {"error": nothing, "failures": failures}
+        report, location = await owned.index_loads(loads)
+        report.seconds = time.perf_counter() - started  # reading and parsing the files included
         failures = [[str(failure.path), failure.reason] for failure in report.failures]
         return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
 

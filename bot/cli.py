@@ -99,13 +99,13 @@ def _index(settings: Settings, paths: list[str]) -> int:
     forwarded = forward_index(cfg, paths)
     if forwarded is None:
         return run_index(cfg, paths)
+    for path, reason in forwarded.failures:
+        print(f"failed: {path}: {reason}", file=sys.stderr)
     if forwarded.error:
-        print(f"The running server could not index: {forwarded.error}", file=sys.stderr)
+        print(forwarded.error, file=sys.stderr)
         return 1
     print("(indexed by the running `policypal serve`, which holds the index)", file=sys.stderr)
     sys.stdout.write(forwarded.text)
-    for path, reason in forwarded.failures:
-        print(f"failed: {path}: {reason}", file=sys.stderr)
     return 0 if forwarded.ok else 1
 
 

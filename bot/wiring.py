@@ -188,9 +188,9 @@ class OwnedIndex:
         """Chunks in the index: one cheap call that proves the index (or the Qdrant server) answers."""
         return int(await asyncio.to_thread(self._index.count))
 
-    async def index_paths(self, paths: Sequence[Path]) -> tuple[Any, str]:
-        """Index files with the index this process holds (`policypal index` during `serve`); report and location."""
-        report = await asyncio.to_thread(self._index.index_paths, list(paths))
+    async def index_loads(self, loads: Sequence[Any]) -> tuple[Any, str]:
+        """Index loaded documents with the index this process holds (`policypal index` during `serve`)."""
+        report = await asyncio.to_thread(self._index.index_loads, list(loads))
         return report, self._index.location
 
     async def aclose(self) -> None:

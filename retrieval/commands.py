@@ -12,7 +12,7 @@ from typing import TextIO
 from retrieval.backends import IndexInUseError, IndexMissingError, PolicyIndexError, open_backend
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import EmbeddingError
-from retrieval.index import IndexReport, PolicyIndex, load_roots
+from retrieval.index import IndexReport, PolicyIndex, RootLoad, load_roots
 from retrieval.types import LoadFailure, Passage, SearchFilter
 
 SUPPORTED = ".md .txt .html .pdf .docx"
@@ -23,10 +23,10 @@ def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO 
     """Index files and directories; 1 when any file failed or there was nothing to index."""
     out = out or sys.stdout
     started = time.perf_counter()
-    loads = load_roots([Path(p) for p in paths])
-    if not any(load.report.documents for load in loads):
+    loads, nothing = load_for_index(paths)
+    if nothing:
         _print_failures([f for load in loads for f in load.report.failures])
-        print(f"No documents to index in {', '.join(map(str, paths))} (supported: {SUPPORTED}).", file=sys.stderr)
+        print(nothing, file=sys.stderr)
         return 1
     try:
         with PolicyIndex.open(cfg, create=True) as index:
@@ -39,6 +39,15 @@ def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO 
     out.write(format_report(report, location))
     _print_failures(report.failures)
     return 0 if report.ok else 1
+
+
+def load_for_index(paths: Sequence[str | Path]) -> tuple[list[RootLoad], str | None]:
+    """The documents under paths, or why there is nothing to index: then the index must not be touched,
+    since indexing a root with no documents would remove everything indexed from it before."""
+    loads = load_roots([Path(p) for p in paths])
+    if any(load.report.documents for load in loads):
+        return loads, None
+    return loads, f"No documents to index in {', '.join(map(str, paths))} (supported: {SUPPORTED})."
 
 
 def run_search(

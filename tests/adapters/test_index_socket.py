@@ -116,3 +116,15 @@ async def test_a_socket_that_cannot_be_created_is_logged_and_the_server_still_st
         await runner.cleanup()
         await service.close()
     assert "cannot listen on" in caplog.text
+
+
+async def test_a_folder_with_nothing_to_index_leaves_the_served_index_alone(serving, tmp_path, capsys):
+    settings, service = serving
+    chunks = await service.searcher.ping()
+    (tmp_path / "policies" / "leave.md").unlink()  # the indexed folder is now empty
+
+    code = await asyncio.to_thread(_index, settings, [str(tmp_path / "policies")])
+
+    assert code == 1
+    assert "No documents to index in" in capsys.readouterr().err
+    assert chunks > 0 and await service.searcher.ping() == chunks  # leave.md was not removed
