@@ -9,6 +9,11 @@ must start no run. Prints ack latency p50/p99/max, runs started, replies posted,
 peak memory (VmHWM).
 
     python benchmarks/slack_ack.py [--events 200] [--latency 1.0] [--redeliver 200] [--cold] [--no-gc-freeze]
+                                   [--index-during DIR]
+
+``--index-during DIR``: the server holds a real embedded index (of examples/policies), and
+``policypal index DIR`` runs through it (adapters/index_socket.py) while the burst arrives, so the
+acks share the server process with the embedding model.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ import aiohttp
 from tests.fakes.openai_server import FakeOpenAI, delay, text
 from tests.fakes.slack_api import FakeSlackAPI, dm_event, event_envelope, signed_headers
 
+REPO = Path(__file__).resolve().parent.parent
 SECRET = "benchmark-signing-secret"
+INDEX_HEAD_START_S = 3.0
 USERS = 20
 TARGET_P99_MS = 100.0
 
@@ -52,7 +59,7 @@ class NoSearch:
         return []
 
 
-def serve(port: int, freeze_gc: bool) -> None:
+def serve(port: int, freeze_gc: bool, real_index: bool) -> None:
     """The server under test: settings from the environment, as ``policypal serve`` reads them."""
     from aiohttp import web
 
@@ -62,7 +69,7 @@ def serve(port: int, freeze_gc: bool) -> None:
 
     async def make_app() -> web.Application:
         settings = load_settings()
-        service = await open_service(settings, searcher=NoSearch())
+        service = await open_service(settings, searcher=None if real_index else NoSearch())
         app = build_app(settings, service)
 
         async def close_service(_: web.Application) -> None:
@@ -95,10 +102,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(
-    port: int, data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI, *, freeze_gc: bool
-) -> subprocess.Popen[bytes]:
-    env = {
+def server_env(data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI) -> dict[str, str]:
+    return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "POLICYPAL_"))},
         "OPENAI_API_KEY": "sk-benchmark-000000",
         "OPENAI_BASE_URL": model.base_url,
@@ -107,9 +112,21 @@ def start_server(
         "SLACK_API_URL": slack.base_url,
         "POLICYPAL_DATA_DIR": str(data_dir),
         "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
     }
-    command = [sys.executable, __file__, "--serve", str(port), *([] if freeze_gc else ["--no-gc-freeze"])]
-    return subprocess.Popen(command, env=env, cwd=data_dir)
+
+
+def start_server(
+    port: int, data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI, *, freeze_gc: bool, real_index: bool
+) -> subprocess.Popen[bytes]:
+    flags = [*([] if freeze_gc else ["--no-gc-freeze"]), *(["--real-index"] if real_index else [])]
+    command = [sys.executable, __file__, "--serve", str(port), *flags]
+    return subprocess.Popen(command, env=server_env(data_dir, model, slack), cwd=data_dir)
+
+
+def policypal(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "bot.cli", *args]
+    return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 async def wait_healthy(session: aiohttp.ClientSession, url: str, server: subprocess.Popen[bytes]) -> None:
@@ -235,17 +252,36 @@ async def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir, port = Path(tmp), free_port()
         url = f"http://127.0.0.1:{port}"
-        server = start_server(port, data_dir, model, slack, freeze_gc=args.gc_freeze)
+        env, indexing = server_env(data_dir, model, slack), None
+        if args.index_during:
+            built = policypal(["index", str(REPO / "examples" / "policies")], env, data_dir)
+            if built.wait() != 0:
+                raise SystemExit(f"indexing the sample policies failed:\n{built.stderr.read() if built.stderr else ''}")
+        real_index = bool(args.index_during)
+        server = start_server(port, data_dir, model, slack, freeze_gc=args.gc_freeze, real_index=real_index)
         try:
             async with aiohttp.ClientSession() as session:
                 await wait_healthy(session, url, server)
                 await post_event(session, url, signed({"type": "url_verification", "challenge": "warm"}, None))
+            if args.index_during:
+                indexing = (time.monotonic(), policypal(["index", str(args.index_during)], env, data_dir))
+                await asyncio.sleep(INDEX_HEAD_START_S)  # the embedding model is busy by the time the burst comes
             started = time.monotonic()
             sent = await asyncio.to_thread(run_sender, url, args)
             await wait_replies(slack, args.events, timeout_s=60 + args.latency * 2)
             done_s = time.monotonic() - started
             await asyncio.sleep(0.5)  # a redelivery that wrongly started a run would reply by now
             report(args, sent, model, slack, peak_rss_mb(server.pid), done_s)
+            if indexing is not None:
+                began, process = indexing
+                busy_during_burst = process.poll() is None
+                code = await asyncio.to_thread(process.wait)
+                err = process.stderr.read() if process.stderr else ""
+                print(f"indexing during burst:   {args.index_during} through the server, exit {code}, "
+                      f"{time.monotonic() - began:.0f} s, still embedding when the burst was done: "
+                      f"{'yes' if busy_during_burst else 'no'}")
+                if code != 0:
+                    print(err, file=sys.stderr)
         finally:
             server.send_signal(signal.SIGINT)
             server.wait(timeout=60)
@@ -296,11 +332,14 @@ def main() -> int:
         action="store_false",
         help="skip the gc.freeze() that `policypal serve` does after start-up (to see what it buys)",
     )
+    parser.add_argument("--index-during", type=Path, metavar="DIR",
+                        help="index DIR through the server (real embedded index) while the burst arrives")
+    parser.add_argument("--real-index", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--send", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.gc_freeze)
+        serve(args.serve, args.gc_freeze, args.real_index)
         return 0
     if args.send:
         asyncio.run(send(args))
