@@ -134,8 +134,10 @@ def forward_index(cfg: RetrievalConfig, paths: Sequence[str | Path]) -> Forwarde
         connection.request("POST", ROUTE, body, {"Content-Type": "application/json"})
         response = connection.getresponse()
         answer = json.loads(response.read() or b"{}")
-    except (TimeoutError, ConnectionError, FileNotFoundError):
-        return None  # a socket left by a killed server: nobody holds the index now
+    except OSError:
+        return None  # a socket left by a killed server (or not ours): indexing here says who holds the index
+    except (ValueError, http.client.HTTPException) as exc:
+        return Forwarded(error=f"The server holding the index at {cfg.qdrant_path} gave an unreadable answer ({exc}).")
     finally:
         connection.close()
     failures = [(str(p), str(reason)) for p, reason in answer.get("failures", [])]

@@ -128,3 +128,24 @@ async def test_a_folder_with_nothing_to_index_leaves_the_served_index_alone(serv
     assert code == 1
     assert "No documents to index in" in capsys.readouterr().err
     assert chunks > 0 and await service.searcher.ping() == chunks  # leave.md was not removed
+
+
+async def test_an_unreadable_answer_on_the_socket_is_reported_not_a_traceback(tmp_path, fake_openai, capsys):
+    settings = settings_for(tmp_path, fake_openai)
+    path = socket_path(settings.retrieval())
+    path.parent.mkdir(parents=True)
+
+    async def not_json(request: web.Request) -> web.Response:
+        return web.Response(text="<html>not json</html>")
+
+    app = web.Application()
+    app.router.add_post(ROUTE, not_json)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, str(path)).start()
+    try:
+        code = await asyncio.to_thread(_index, settings, [str(write(tmp_path / "more", "bikes.md", BIKES))])
+    finally:
+        await runner.cleanup()
+    assert code == 1
+    assert "gave an unreadable answer" in capsys.readouterr().err

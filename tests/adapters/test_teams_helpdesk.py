@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from msrest.exceptions import HttpOperationError
 
 from adapters.teams_helpdesk import TeamsChannelDestination, teams_destination
 from bot.config import ConfigError, Settings
+from bot.db_types import utcnow
+from bot.handoff import HandoffCase
 from bot.types import UserRef
 from tests.fakes.bot_connector import FakeBotConnector
 
 HELPDESK_CHANNEL = "19:helpdesk@thread.tacv2"
 
 
-@dataclass
-class Case:
-    case_id: str
-    reason: str
-    user: UserRef
-    platform: str
-    channel: str
-    thread: str
-    link: str | None
-    question: str
-
-
-CASE = Case(
+CASE = HandoffCase(
     case_id="HD-42",
+    created_at=utcnow(),
     reason="step_budget",
     user=UserRef("aad-alice", "Alice Example", "alice@contoso.example"),
     platform="teams",
@@ -67,12 +56,9 @@ async def test_a_case_is_posted_to_the_helpdesk_channel_as_a_card():
 
 
 async def test_the_real_handoff_case_renders_with_its_one_line_question_and_reason_label():
-    from datetime import UTC, datetime
-
-    from bot.handoff import HandoffCase
     from bot.handoff_markdown import reason_label
 
-    case = HandoffCase(created_at=datetime.now(UTC), **CASE.__dict__)
+    case = CASE
     async with FakeBotConnector() as channel:
         await teams_destination(settings_for(channel)).deliver(case)
     card = channel.messages()[0].cards[0]

@@ -7,10 +7,12 @@ import itertools
 import json
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from bot.config import Settings
+from bot.db_types import utcnow
 from bot.service import PolicyPal, Reply
 from bot.types import Inbound, UserRef
 from bot.wiring import open_service
@@ -109,3 +111,13 @@ def two_searches() -> list[Any]:
         tool_calls(("search_policies", {"query": "expense receipts"})),
         tool_calls(("search_policies", {"query": "taxi expenses"})),
     ]
+
+
+async def left_executing_by_a_crash(svc: PolicyPal, question: str = "VPN broken with NG-809") -> Any:
+    """Ask (the model must propose a ticket), then leave the action as a process killed mid-call does:
+    executing, decided an hour ago. Returns the action."""
+    reply = await ask(svc, question)
+    action = reply.outcome.action  # type: ignore[union-attr]
+    long_ago = utcnow() - timedelta(hours=1)
+    assert await svc.store.transition(action.id, ("open",), "executing", decided_at=long_ago, decider=ALICE.id)
+    return action

@@ -10,7 +10,7 @@ import pytest
 
 from bot.db_types import utcnow
 from bot.types import Answer, GaveUp, Pending, TerminationReason, UserRef
-from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, service
+from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, left_executing_by_a_crash, service
 from tests.fakes.openai_server import text, tool_calls
 
 pytestmark = pytest.mark.asyncio
@@ -201,10 +201,7 @@ async def test_an_action_left_executing_by_a_dead_process_is_marked_unknown_not_
 ):
     fake_openai.script(propose())
     async with service(tmp_path, fake_openai, sample_index) as svc:
-        reply = await ask(svc, "VPN broken with NG-809")
-        action = reply.outcome.action
-        long_ago = utcnow() - timedelta(hours=1)
-        assert await svc.store.transition(action.id, ("open",), "executing", decided_at=long_ago, decider=ALICE.id)
+        action = await left_executing_by_a_crash(svc)
     async with service(tmp_path, fake_openai, sample_index) as restarted:
         record = await restarted.pending.get(action.id)
         decided = await restarted.decide(action.id, ALICE, "confirm", action.args_hash)

@@ -6,7 +6,7 @@ import pytest
 
 from bot.handoff import HandoffCase, case_number
 from bot.types import TerminationReason
-from tests.bot.helpers import ALICE, ask, last_tool_results, service
+from tests.bot.helpers import ALICE, ask, last_tool_results, left_executing_by_a_crash, service
 from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow
 from tests.fakes.openai_server import text, tool_calls
 
@@ -107,16 +107,9 @@ async def test_an_unreachable_backend_is_explained_not_dropped(tmp_path, fake_op
 
 
 async def test_an_action_interrupted_by_a_crash_opens_a_case_for_a_human_to_check(tmp_path, fake_openai, sample_index):
-    from datetime import timedelta
-
-    from bot.db_types import utcnow
-
     fake_openai.script(propose())
     async with service(tmp_path, fake_openai, sample_index) as svc:
-        reply = await ask(svc, "VPN broken with NG-809")
-        action = reply.outcome.action
-        long_ago = utcnow() - timedelta(hours=1)
-        assert await svc.store.transition(action.id, ("open",), "executing", decided_at=long_ago, decider=ALICE.id)
+        await left_executing_by_a_crash(svc)
     async with service(tmp_path, fake_openai, sample_index) as restarted:
         stored = await restarted.store.get_handoff(case_number("HD-1001"))
     case = HandoffCase.from_record(stored)
