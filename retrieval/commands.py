@@ -30,7 +30,7 @@ def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO 
         return 1
     try:
         with PolicyIndex.open(cfg, create=True) as index:
-            report = index.index_loads(loads, progress=True)
+            report = index.index_loads(loads, progress=sys.stderr.isatty())  # a bar in a log is noise
             location = index.location
     except (PolicyIndexError, EmbeddingError) as exc:
         print(exc, file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -114,6 +115,35 @@ def test_bad_files_are_named_and_skipped_and_the_rest_indexed(
     assert f"failed: {corpus_dir / 'broken.md'}: front matter" in err
     assert f"failed: {corpus_dir.parent / 'missing'}: no such file or directory" in err
     assert "Traceback" not in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_index_on_a_terminal_shows_a_progress_bar(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("retrieval.index.PROGRESS_DELAY_S", 0.0)  # the bar waits for long runs only
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+
+    code, out, _err = _run(capsys, "index", str(corpus_dir))
+
+    assert code == 0 and "added (2)" in out
+    assert "embedding: 100%" in terminal.getvalue() and "chunk/s" in terminal.getvalue()
+
+
+def test_index_into_a_log_writes_no_progress_bar(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("retrieval.index.PROGRESS_DELAY_S", 0.0)
+
+    code, out, err = _run(capsys, "index", str(corpus_dir))
+
+    assert code == 0 and "added (2)" in out
+    assert "chunk/s" not in err and "\r" not in err
 
 
 def test_an_empty_corpus_is_a_clear_error(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
