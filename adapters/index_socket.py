@@ -24,11 +24,12 @@ from typing import Any
 from aiohttp import web
 
 from retrieval.config import RetrievalConfig
+from retrieval.paths import real_path
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-IndexPaths = Callable[[list[Path]], Awaitable[Json]]
+IndexPaths = Callable[[list[Path], bool], Awaitable[Json]]  # (paths, remove instead of index)
 ROUTE = "/index"
 MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to about 108 bytes
 CONNECT_TIMEOUT_S = 5.0
@@ -93,12 +94,15 @@ def _handler(index_paths: IndexPaths, busy: asyncio.Lock) -> Callable[[web.Reque
             return _error(400, "the request is not JSON")
         paths = body.get("paths") if isinstance(body, dict) else None
         if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
-            return _error(400, "send {\"paths\": [absolute paths]}")
+            return _error(400, "send {\"paths\": [absolute paths], \"remove\": false}")
+        remove = body.get("remove", False)
+        if not isinstance(remove, bool):
+            return _error(400, "`remove` must be true or false")
         if busy.locked():
             return _error(409, "the server is already indexing; try again when it is done")
         async with busy:
             try:
-                return web.json_response(await index_paths([Path(p) for p in paths]))
+                return web.json_response(await index_paths([Path(p) for p in paths], remove))
             except Exception as exc:
                 log.exception("indexing through the server failed")
                 return _error(500, f"indexing failed in the server: {exc}")
@@ -123,14 +127,14 @@ class Forwarded:
     error: str | None = None
 
 
-def forward_index(cfg: RetrievalConfig, paths: Sequence[str | Path]) -> Forwarded | None:
-    """Ask the server holding the embedded index to index these paths; None when no server answers."""
+def forward_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, remove: bool = False) -> Forwarded | None:
+    """Ask the server holding the embedded index to index (or remove) these paths; None when no server answers."""
     path = socket_path(cfg)
     if cfg.qdrant_url or not path.exists():
         return None
     connection = _UnixConnection(path)
     try:
-        body = json.dumps({"paths": [str(Path(p).resolve()) for p in paths]})
+        body = json.dumps({"paths": [real_path(p) for p in paths], "remove": remove})
         connection.request("POST", ROUTE, body, {"Content-Type": "application/json"})
         response = connection.getresponse()
         answer = json.loads(response.read() or b"{}")

@@ -117,8 +117,12 @@ async def _index_socket(app: web.Application) -> AsyncIterator[None]:
         yield  # a Qdrant server takes writes from any process; a test's searcher indexes nothing
         return
 
-    async def index_paths(paths: list[Path]) -> dict[str, Any]:
+    async def index_paths(paths: list[Path], remove: bool) -> dict[str, Any]:
         started = time.perf_counter()
+        if remove:
+            report, location = await owned.remove_roots(paths)
+            failures = [[str(failure.path), failure.reason] for failure in report.failures]
+            return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
         loads, nothing = await asyncio.to_thread(load_for_index, paths)
         failures = [[str(f.path), f.reason] for load in loads for f in load.report.failures]
         if nothing:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from bot.config import ConfigError, Settings, load_settings
+from retrieval.config import MAX_K
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,10 +23,12 @@ def _parser() -> argparse.ArgumentParser:
 
     index = sub.add_parser("index", help="index policy documents (files or directories)")
     index.add_argument("paths", nargs="+", help=".md .txt .html .pdf .docx files or directories")
+    index.add_argument("--remove", action="store_true",
+                       help="remove what was indexed from these paths instead (they may no longer exist)")
 
     search = sub.add_parser("search", help="search the policy index")
     search.add_argument("query")
-    search.add_argument("-k", type=int, default=None, help="number of passages (default 5)")
+    search.add_argument("-k", type=_passage_count, default=None, help=f"number of passages (1-{MAX_K}, default 5)")
     search.add_argument("--section", default=None, help="only this section")
     search.add_argument("--json", action="store_true", help="print one JSON array for scripts")
 
@@ -90,28 +93,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _index(settings: Settings, paths: list[str]) -> int:
-    """Index here, or through `policypal serve` when it holds the embedded index."""
+def _passage_count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 1 <= count <= MAX_K:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_K}")
+    return count
+
+
+def _index(settings: Settings, paths: list[str], *, remove: bool = False) -> int:
+    """Index (or remove) here, or through `policypal serve` when it holds the embedded index."""
     from adapters.index_socket import forward_index
-    from retrieval.commands import run_index
+    from retrieval.commands import run_index, run_remove
 
     cfg = settings.retrieval()
-    forwarded = forward_index(cfg, paths)
+    forwarded = forward_index(cfg, paths, remove=remove)
     if forwarded is None:
-        return run_index(cfg, paths)
+        return run_remove(cfg, paths) if remove else run_index(cfg, paths)
     for path, reason in forwarded.failures:
         print(f"failed: {path}: {reason}", file=sys.stderr)
     if forwarded.error:
         print(forwarded.error, file=sys.stderr)
         return 1
-    print("(indexed by the running `policypal serve`, which holds the index)", file=sys.stderr)
+    done = "removed" if remove else "indexed"
+    print(f"({done} by the running `policypal serve`, which holds the index)", file=sys.stderr)
     sys.stdout.write(forwarded.text)
     return 0 if forwarded.ok else 1
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "index":
-        return _index(settings, args.paths)
+        return _index(settings, args.paths, remove=args.remove)
     if args.command == "search":
         from retrieval.commands import run_search
 

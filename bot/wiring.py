@@ -193,5 +193,10 @@ class OwnedIndex:
         report = await asyncio.to_thread(self._index.index_loads, list(loads))
         return report, self._index.location
 
+    async def remove_roots(self, paths: Sequence[Any]) -> tuple[Any, str]:
+        """Remove what was indexed from these paths (`policypal index --remove` during `serve`)."""
+        report = await asyncio.to_thread(self._index.remove_roots, list(paths))
+        return report, self._index.location
+
     async def aclose(self) -> None:
         self._index.close()

@@ -30,7 +30,7 @@ SCROLL_PAGE = 2_000
 # uuid5 namespace for point ids: the same document chunk always gets the same id.
 POINT_NAMESPACE = uuid.UUID("5b2f3c1e-8d0a-4f61-9a57-0c6a1f3e2b84")
 KEYWORD_FIELDS = ("doc_id", "root", "section", "audience")
-STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count"]
+STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count", "file"]
 RANKING_FIELDS = ["doc_id", "heading"]  # what a ranking carries; the passages shown are fetched whole
 
 
@@ -87,6 +87,7 @@ class StoredDoc:
     chunking: str
     chunk_count: int
     points: int = 0
+    file: str = ""  # the real path it was loaded from ("" in indexes written before it was stored)
 
     @property
     def complete(self) -> bool:
@@ -158,6 +159,7 @@ def collect_stored_docs(payloads: Sequence[dict[str, Any]], into: dict[str, Stor
                 content_hash=str(payload.get("content_hash", "")),
                 chunking=str(payload.get("chunking", "")),
                 chunk_count=int(payload.get("chunk_count", -1)),
+                file=str(payload.get("file", "")),
             )
         stored.points += 1
 

@@ -26,6 +26,7 @@ def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO 
     loads, nothing = load_for_index(paths)
     if nothing:
         _print_failures([f for load in loads for f in load.report.failures])
+        _print_notes([note for load in loads for note in load.report.notes])
         print(nothing, file=sys.stderr)
         return 1
     try:
@@ -36,6 +37,21 @@ def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO 
         print(exc, file=sys.stderr)
         return 1
     report.seconds = time.perf_counter() - started  # reading and parsing the files included
+    out.write(format_report(report, location))
+    _print_failures(report.failures)
+    return 0 if report.ok else 1
+
+
+def run_remove(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO | None = None) -> int:
+    """Remove what was indexed from these paths (which may be gone); 1 when a path had nothing indexed."""
+    out = out or sys.stdout
+    try:
+        with PolicyIndex.open(cfg) as index:
+            report = index.remove_roots([Path(p) for p in paths])
+            location = index.location
+    except PolicyIndexError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     out.write(format_report(report, location))
     _print_failures(report.failures)
     return 0 if report.ok else 1
@@ -136,6 +152,11 @@ def _names(label: str, names: Sequence[str], *, limit: int | None = None) -> str
 def _print_failures(failures: Sequence[LoadFailure]) -> None:
     for failure in failures:
         print(f"failed: {failure.path}: {failure.reason}", file=sys.stderr)
+
+
+def _print_notes(notes: Sequence[tuple[Path, str]]) -> None:
+    for path, note in notes:
+        print(f"note: {path}: {note}", file=sys.stderr)
 
 
 def _indent(text: str) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MAX_K = 50  # passages one search may return
 
 
 @dataclass(frozen=True)

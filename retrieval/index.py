@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
 import threading
 import time
@@ -41,9 +42,10 @@ from retrieval.backends import (
     point_id,
 )
 from retrieval.chunking import chunk_document
-from retrieval.config import RetrievalConfig
+from retrieval.config import MAX_K, RetrievalConfig
 from retrieval.embedding import SPARSE_MODEL, Embedder
 from retrieval.fusion import CANDIDATES, fuse
+from retrieval.paths import real_path
 from retrieval.types import Chunk, Document, LoadFailure, LoadReport, Passage, SearchFilter
 
 PROGRESS_DELAY_S = 1.0  # the bar appears only on runs long enough to need one
@@ -111,6 +113,8 @@ class RelevanceFloor:
         return retrieval.best_dense + self.contrast_weight * retrieval.dense_contrast
 
     def admits(self, retrieval: Retrieval) -> bool:
+        if len(retrieval.dense) < 2:  # one passage indexed (or allowed by the filter): no background to read
+            return retrieval.best_dense >= self.min_dense or retrieval.term_strength >= self.min_terms
         dense = retrieval.best_dense >= self.min_dense and self.relevance(retrieval) >= self.min_relevance
         return dense or retrieval.term_strength >= self.min_terms
 
@@ -152,6 +156,16 @@ class RootLoad:
     root: str
     report: LoadReport
     protected: frozenset[str] = frozenset()  # ids of files that failed to load: not "gone"
+    protected_files: frozenset[str] = frozenset()  # their real paths (a front matter id is unknown)
+
+    @property
+    def removes(self) -> bool:
+        """Whether what is gone from this root may be removed: not when nothing at all loaded from it.
+
+        A root that is missing (unmounted, mistyped) or whose every file failed says nothing about
+        what it holds; `policypal index --remove ROOT` removes its documents on purpose.
+        """
+        return bool(self.report.documents or self.report.duplicates)
 
 
 @dataclass
@@ -164,32 +178,45 @@ class _Pending:
 
 
 def load_roots(paths: Sequence[Path]) -> list[RootLoad]:
-    """Load each path separately, so every document knows the root that scopes its removal."""
+    """Load each path separately, so every document knows the root that scopes its removal.
+
+    A path given twice, or inside a directory given in the same run, is loaded once, from the outer
+    directory: otherwise one file would be indexed twice, or conflict with itself.
+    """
     from retrieval.loaders import load_documents  # PDF/DOCX/HTML parsers: only `index` pays their import
 
-    loads = []
-    for path in paths:
-        if not path.exists():
-            missing = LoadReport(failures=[LoadFailure(path, "no such file or directory")])
-            loads.append(RootLoad(_root_key(path), missing))
+    keys = [_root_key(path) for path in paths]
+    directories = [key for key in dict.fromkeys(keys) if os.path.isdir(key)]
+    loads, seen = [], set()
+    for path, key in zip(paths, keys, strict=True):
+        if key in seen:
             continue
-        report = load_documents([path])
-        loads.append(RootLoad(_root_key(path), report, _failed_ids(path, report.failures)))
+        seen.add(key)
+        outer = next((d for d in directories if d != key and Path(key).is_relative_to(d)), None)
+        if outer is not None:
+            note = f"inside {outer}, which this run indexes too: indexed from there"
+            loads.append(RootLoad(key, LoadReport(notes=[(path, note)])))
+        elif not os.path.lexists(path):
+            loads.append(RootLoad(key, LoadReport(failures=[LoadFailure(path, "no such file or directory")])))
+        else:
+            report = load_documents([path])
+            failed = frozenset(real_path(failure.path) for failure in report.failures)
+            loads.append(RootLoad(key, report, _failed_ids(path, report.failures), failed))
     return loads
 
 
 def _root_key(path: Path) -> str:
-    return str(path.resolve())
+    return real_path(path)  # never raises, even for a symlink loop
 
 
 def _failed_ids(root: Path, failures: Sequence[LoadFailure]) -> frozenset[str]:
-    """Doc ids (paths relative to the root) of files that failed: their old chunks stay indexed."""
+    """Default doc ids (paths relative to the root) of files that failed: their old chunks stay indexed."""
     if not root.is_dir():
         return frozenset()
     ids = set()
     for failure in failures:
         try:
-            ids.add(failure.path.resolve().relative_to(root.resolve()).as_posix())
+            ids.add(failure.path.relative_to(root).as_posix())  # walked paths are root / relative, as given
         except ValueError:
             continue
     return frozenset(ids)
@@ -268,10 +295,37 @@ class PolicyIndex:
             report.failures.extend(load.report.failures)
             report.duplicates.extend(load.report.duplicates)
             report.notes.extend(load.report.notes)
+            if not load.removes and any(old.root == load.root for old in stored.values()):
+                note = "nothing loaded from it, so what was indexed from it is kept (`policypal index --remove`)"
+                report.notes.append((Path(load.root), note))
             root_report = self.index_documents(
-                load.report.documents, root=load.root, protected=load.protected, progress=progress, stored=stored
+                load.report.documents, root=load.root, protected=load.protected, progress=progress, stored=stored,
+                protected_files=load.protected_files, removes=load.removes,
             )
             report.merge(root_report)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def remove_roots(self, paths: Sequence[Path]) -> IndexReport:
+        """Remove every document indexed from these paths (or from inside them), even if they are gone."""
+        started = time.perf_counter()
+        stored = self._stored_docs()
+        report = IndexReport()
+        for path in paths:
+            key = Path(_root_key(path))
+            gone = sorted(
+                doc_id for doc_id, old in stored.items()
+                if Path(old.root).is_relative_to(key) or (old.file and Path(old.file).is_relative_to(key))
+            )
+            if not gone:
+                report.failures.append(LoadFailure(path, "nothing is indexed from here"))
+            with self._lock:
+                for doc_id in gone:
+                    self._backend.delete_chunks(doc_id)
+            for doc_id in gone:
+                del stored[doc_id]
+            report.removed.extend(gone)
+        self._size_cache = None
         report.seconds = time.perf_counter() - started
         return report
 
@@ -283,6 +337,8 @@ class PolicyIndex:
         protected: frozenset[str] = frozenset(),
         progress: bool = False,
         stored: dict[str, StoredDoc] | None = None,
+        protected_files: frozenset[str] = frozenset(),
+        removes: bool = True,
     ) -> IndexReport:
         """Bring the index in line with these documents from one root: add, replace, remove, skip."""
         started = time.perf_counter()
@@ -291,9 +347,12 @@ class PolicyIndex:
         pending = self._plan(documents, root, stored, report)
         self._write(pending, root, report, progress)
         for item in pending:
-            stored[item.doc.doc_id] = StoredDoc(root, item.doc.content_hash, self._chunking, len(item.chunks),
-                                                len(item.chunks))
-        self._remove_missing(root, {d.doc_id for d in documents} | protected, stored, report)
+            count = len(item.chunks)
+            stored[item.doc.doc_id] = StoredDoc(root, item.doc.content_hash, self._chunking, count, count,
+                                                item.doc.file)
+        if removes:
+            present = {d.doc_id for d in documents} | protected
+            self._remove_missing(root, present, protected_files, stored, report)
         self._size_cache = None
         report.seconds = time.perf_counter() - started
         return report
@@ -317,8 +376,8 @@ class PolicyIndex:
         pending = []
         for doc in documents:
             old = stored.get(doc.doc_id)
-            if old is not None and old.root != root and Path(old.root).exists():
-                report.failures.append(LoadFailure(Path(doc.source), _conflict(doc.doc_id, old.root)))
+            if old is not None and old.root != root and not _moved_here(old, doc):
+                report.failures.append(LoadFailure(Path(doc.file or doc.source), _conflict(doc.doc_id, old.root)))
             elif old is not None and self._is_current(old, doc, root):
                 report.unchanged.append(doc.doc_id)
             else:
@@ -389,12 +448,21 @@ class PolicyIndex:
             "section": doc.section,
             "audience": list(doc.audience),
             "root": root,
+            "file": doc.file,
         }
 
     def _remove_missing(
-        self, root: str, present: set[str] | frozenset[str], stored: dict[str, StoredDoc], report: IndexReport
+        self,
+        root: str,
+        present: set[str] | frozenset[str],
+        failed_files: frozenset[str],
+        stored: dict[str, StoredDoc],
+        report: IndexReport,
     ) -> None:
-        gone = sorted(doc_id for doc_id, old in stored.items() if old.root == root and doc_id not in present)
+        gone = sorted(
+            doc_id for doc_id, old in stored.items()
+            if old.root == root and doc_id not in present and old.file not in failed_files
+        )
         with self._lock:
             for doc_id in gone:
                 self._backend.delete_chunks(doc_id)
@@ -406,9 +474,12 @@ class PolicyIndex:
 
     def search(self, query: str, k: int | None = None, filter: SearchFilter | None = None) -> list[Passage]:
         """Top passages for a question, or [] when nothing clears the relevance floor."""
+        k = self.cfg.top_k if k is None else k
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be between 1 and {MAX_K}, not {k}")
         if not query.strip():
             return []
-        retrieval = self.retrieve(query, k=k or self.cfg.top_k, filter=filter)
+        retrieval = self.retrieve(query, k=k, filter=filter)
         if not self.floor.admits(retrieval):
             return []
         return [self._passage(hit.score, hit.payload) for hit in retrieval.fused]
@@ -477,6 +548,13 @@ def snippet(text: str, limit: int) -> str:
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), max(1, size)):
         yield items[start : start + size]
+
+
+def _moved_here(old: StoredDoc, doc: Document) -> bool:
+    """The same file reached from another root now, or its old file or root is gone: not a conflict."""
+    if old.file and (old.file == doc.file or not os.path.lexists(old.file)):
+        return True
+    return not Path(old.root).exists()
 
 
 def _conflict(doc_id: str, other_root: str) -> str:

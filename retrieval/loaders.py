@@ -20,6 +20,7 @@ import yaml
 from retrieval.extractors import ExtractError, docx_to_markdown, pdf_to_markdown
 from retrieval.html_text import convert_embedded_html, html_to_markdown
 from retrieval.markdown_norm import normalise_markdown
+from retrieval.paths import real_path
 from retrieval.templating import strip_templates
 from retrieval.types import Document, LoadFailure, LoadReport
 
@@ -74,7 +75,7 @@ def load_documents(paths: Sequence[Path]) -> LoadReport:
 
 def _candidates(given: Path, report: LoadReport) -> Iterator[_Candidate]:
     if given.is_dir():
-        yield from _walk(given)
+        yield from _walk(given, report)
     elif not given.exists():
         report.failures.append(LoadFailure(given, "no such file or directory"))
     elif not given.is_file():
@@ -86,11 +87,17 @@ def _candidates(given: Path, report: LoadReport) -> Iterator[_Candidate]:
         yield _Candidate(given, given.name)
 
 
-def _walk(root: Path) -> Iterator[_Candidate]:
-    """Supported files under ``root`` in sorted relative-path order; other files are not policies."""
+def _walk(root: Path, report: LoadReport) -> Iterator[_Candidate]:
+    """Supported files under ``root`` in sorted relative-path order; other files are not policies.
+
+    Symlinked directories are not followed (a link can loop, or pull in half the disk); each is noted.
+    """
     found: list[str] = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = [name for name in subdirs if not name.startswith(".")]
+        for name in subdirs:
+            if os.path.islink(os.path.join(directory, name)):
+                report.notes.append((Path(directory) / name, "skipped: a symlinked directory (links are not followed)"))
         base = Path(directory).relative_to(root)
         found += [(base / name).as_posix() for name in files if _wanted(name)]
     for relative in sorted(found):
@@ -153,7 +160,15 @@ def _read(path: Path) -> bytes:
 
 
 def _decode(data: bytes) -> tuple[str, str | None]:
-    """UTF-8 (a BOM is fine); else UTF-16 with a BOM; else Windows-1252, with a note saying so."""
+    """Text with ``\n`` line ends, whatever the file used (Windows ``\r\n`` front matter is still front matter)."""
+    text, note = _decode_bytes(data)
+    return text.replace("\r\n", "\n").replace("\r", "\n"), note
+
+
+def _decode_bytes(data: bytes) -> tuple[str, str | None]:
+    """UTF-8 (a BOM is fine); else UTF-32 or UTF-16 with a BOM; else Windows-1252, with a note saying so."""
+    if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):  # before UTF-16: its BOM starts the same
+        return data.decode("utf-32"), "decoded as UTF-32"
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return data.decode("utf-16"), "decoded as UTF-16"
     if b"\x00" in data:
@@ -220,10 +235,14 @@ def _document(candidate: _Candidate, parsed: _Parsed) -> Document:
     _require_body(parsed.text)
     meta = parsed.meta
     title = meta.title or _first_h1(parsed.text) or parsed.title_hint or _pretty_stem(candidate.path)
-    source = meta.url or str(candidate.path)
-    fields = [parsed.text, title, source, meta.section, list(meta.audience)]
+    file = real_path(candidate.path)
+    # The file's real path, not the path as typed: `index docs` and `index /abs/docs` are the same run.
+    fields = [parsed.text, title, meta.url or file, meta.section, list(meta.audience)]
     digest = hashlib.sha256(json.dumps(fields, ensure_ascii=False).encode()).hexdigest()
-    return Document(meta.doc_id or candidate.doc_id, title, source, parsed.text, digest, meta.section, meta.audience)
+    return Document(
+        meta.doc_id or candidate.doc_id, title, meta.url or str(candidate.path), parsed.text, digest,
+        meta.section, meta.audience, file,
+    )
 
 
 class NoBodyText(ExtractError):

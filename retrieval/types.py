@@ -17,6 +17,7 @@ class Document:
     content_hash: str  # sha256 of text and metadata: an unchanged hash means nothing to embed
     section: str | None = None
     audience: tuple[str, ...] = ()  # empty: everyone may see it
+    file: str = ""  # the real path of the file it was loaded from ("" when not loaded from a file)
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,22 @@ async def test_index_during_serve_is_done_by_the_server_and_searchable_at_once(s
     assert passages and passages[0].doc_id == "bikes.md"
 
 
+async def test_remove_during_serve_is_done_by_the_server_even_for_a_folder_that_is_gone(serving, tmp_path, capsys):
+    settings, service = serving
+    more = write(tmp_path / "more", "bikes.md", BIKES)
+    assert await asyncio.to_thread(_index, settings, [str(more)]) == 0
+    (more / "bikes.md").unlink()
+    more.rmdir()
+
+    code = await asyncio.to_thread(lambda: _index(settings, [str(more)], remove=True))
+
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "removed by the running `policypal serve`" in err and "removed (1): bikes.md" in out
+    assert not await service.searcher.asearch("is there a cycle to work scheme", 3)
+    assert await service.searcher.asearch("how many unused days can I carry over", 3)
+
+
 async def test_the_socket_is_for_its_owner_only_and_gone_after_shutdown(tmp_path, fake_openai):
     settings = settings_for(tmp_path, fake_openai)
     assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
@@ -87,7 +103,9 @@ async def test_bad_requests_get_a_clear_error(serving):
         for body in ({"paths": "relative/dir"}, {"paths": ["relative/dir"]}, {"nothing": 1}):
             async with session.post(f"http://localhost{ROUTE}", json=body) as response:
                 assert response.status == 400
-                assert (await response.json())["error"] == 'send {"paths": [absolute paths]}'
+                assert (await response.json())["error"] == 'send {"paths": [absolute paths], "remove": false}'
+        async with session.post(f"http://localhost{ROUTE}", json={"paths": ["/x"], "remove": "yes"}) as response:
+            assert response.status == 400 and (await response.json())["error"] == "`remove` must be true or false"
 
 
 async def test_a_socket_left_by_a_killed_server_is_ignored_and_the_cli_indexes_itself(tmp_path, fake_openai):

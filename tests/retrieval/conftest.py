@@ -193,3 +193,21 @@ def sample_corpus() -> list[Document]:
         make_doc("travel.md", TRAVEL_DOC, section="Finance"),
         make_doc("salary-bands.md", SALARY_DOC, section="People", audience=("managers", "hr")),
     ]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder) -> Path:
+    """POLICYPAL_DATA_DIR for the CLI, with the session's loaded model standing in for a fresh load."""
+    data = tmp_path / "data"
+    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(data))
+    monkeypatch.setattr(Embedder, "from_config", lambda cfg: embedder)
+    return data
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`policypal ARGV...` in this process: exit code, stdout, stderr."""
+    from bot.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err

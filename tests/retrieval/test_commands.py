@@ -10,23 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
 from retrieval.commands import index_if_missing
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder
 
-from .conftest import LEAVE_DOC, REPO, VPN_DOC
+from .conftest import LEAVE_DOC, REPO, VPN_DOC, run_cli
 
 FRONT_MATTER = "---\ntitle: {title}\nsection: {section}\n---\n\n"
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder) -> Path:
-    """POLICYPAL_DATA_DIR for the CLI, with the session's loaded model standing in for a fresh load."""
-    data = tmp_path / "data"
-    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(data))
-    monkeypatch.setattr(Embedder, "from_config", lambda cfg: embedder)
-    return data
 
 
 @pytest.fixture
@@ -38,20 +28,15 @@ def corpus_dir(tmp_path: Path) -> Path:
     return corpus
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 def test_index_then_search_prints_passages(
     data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _err = _run(capsys, "index", str(corpus_dir))
+    code, out, _err = run_cli(capsys, "index", str(corpus_dir))
     assert code == 0
     assert "added (2): leave.md, vpn.md" in out and str(data_dir / "qdrant") in out
 
-    code, out, _err = _run(capsys, "search", "what does error KX-7731 mean?")
+    code, out, _err = run_cli(capsys, "search", "what does error KX-7731 mean?")
     assert code == 0
     assert out.startswith("1. VPN Standard > Troubleshooting  (score ")
     assert "KX-7731" in out and str(corpus_dir / "vpn.md") in out
@@ -60,9 +45,9 @@ def test_index_then_search_prints_passages(
 def test_search_json_is_one_array_of_passages(
     data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(capsys, "index", str(corpus_dir))
+    run_cli(capsys, "index", str(corpus_dir))
 
-    code, out, _err = _run(
+    code, out, _err = run_cli(
         capsys, "search", "how many days of annual leave", "-k", "2", "--json", "--section", "People"
     )
 
@@ -75,10 +60,10 @@ def test_search_json_is_one_array_of_passages(
 def test_a_question_outside_the_policies_prints_no_passage(
     data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(capsys, "index", str(corpus_dir))
+    run_cli(capsys, "index", str(corpus_dir))
 
-    assert _run(capsys, "search", "best lasagna recipe", "--json")[:2] == (0, "[]\n")
-    code, out, _err = _run(capsys, "search", "best lasagna recipe")
+    assert run_cli(capsys, "search", "best lasagna recipe", "--json")[:2] == (0, "[]\n")
+    code, out, _err = run_cli(capsys, "search", "best lasagna recipe")
     assert code == 0 and "No passage" in out
 
 
@@ -86,12 +71,12 @@ def test_reindex_reports_added_replaced_removed_and_unchanged(
     data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (corpus_dir / "old.md").write_text("# Old policy\n\nThis policy was withdrawn in 2020.\n")
-    _run(capsys, "index", str(corpus_dir))
+    run_cli(capsys, "index", str(corpus_dir))
     (corpus_dir / "old.md").unlink()
     (corpus_dir / "leave.md").write_text(LEAVE_DOC.replace("25 days", "27 days"))
     (corpus_dir / "new.md").write_text("# New policy\n\nBicycles may be parked in the courtyard.\n")
 
-    code, out, _err = _run(capsys, "index", str(corpus_dir))
+    code, out, _err = run_cli(capsys, "index", str(corpus_dir))
 
     assert code == 0
     for line in (
@@ -108,7 +93,7 @@ def test_bad_files_are_named_and_skipped_and_the_rest_indexed(
 ) -> None:
     (corpus_dir / "broken.md").write_text("---\ntitle: never closed\n\n# Body\n")
 
-    code, out, err = _run(capsys, "index", str(corpus_dir), str(corpus_dir.parent / "missing"))
+    code, out, err = run_cli(capsys, "index", str(corpus_dir), str(corpus_dir.parent / "missing"))
 
     assert code == 1
     assert "added (2): leave.md, vpn.md" in out
@@ -129,7 +114,7 @@ def test_index_on_a_terminal_shows_a_progress_bar(
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
 
-    code, out, _err = _run(capsys, "index", str(corpus_dir))
+    code, out, _err = run_cli(capsys, "index", str(corpus_dir))
 
     assert code == 0 and "added (2)" in out
     assert "embedding: 100%" in terminal.getvalue() and "chunk/s" in terminal.getvalue()
@@ -140,7 +125,7 @@ def test_index_into_a_log_writes_no_progress_bar(
 ) -> None:
     monkeypatch.setattr("retrieval.index.PROGRESS_DELAY_S", 0.0)
 
-    code, out, err = _run(capsys, "index", str(corpus_dir))
+    code, out, err = run_cli(capsys, "index", str(corpus_dir))
 
     assert code == 0 and "added (2)" in out
     assert "chunk/s" not in err and "\r" not in err
@@ -149,14 +134,14 @@ def test_index_into_a_log_writes_no_progress_bar(
 def test_an_empty_corpus_is_a_clear_error(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
 
-    code, _out, err = _run(capsys, "index", str(tmp_path / "empty"))
+    code, _out, err = run_cli(capsys, "index", str(tmp_path / "empty"))
 
     assert code == 1 and "No documents to index" in err
     assert not (data_dir / "qdrant").exists()
 
 
 def test_search_before_indexing_says_to_run_index(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(capsys, "search", "anything")
+    code, out, err = run_cli(capsys, "search", "anything")
 
     assert code == 1 and out == ""
     assert "run `policypal index" in err
@@ -165,7 +150,7 @@ def test_search_before_indexing_says_to_run_index(data_dir: Path, capsys: pytest
 def test_index_while_another_process_holds_it_is_a_clear_error(
     data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(capsys, "index", str(corpus_dir))
+    run_cli(capsys, "index", str(corpus_dir))
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -180,7 +165,7 @@ def test_index_while_another_process_holds_it_is_a_clear_error(
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        code, _out, err = _run(capsys, "index", str(corpus_dir))
+        code, _out, err = run_cli(capsys, "index", str(corpus_dir))
     finally:
         holder.kill()
         holder.wait()
@@ -198,3 +183,12 @@ def test_index_if_missing_indexes_only_the_first_time(
 
     assert index_if_missing(cfg, corpus_dir) is True
     assert index_if_missing(cfg, corpus_dir) is False
+
+
+@pytest.mark.parametrize("k", ["0", "-3", "51", "many"])
+def test_search_k_out_of_range_is_a_usage_error(data_dir: Path, k: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(capsys, "search", "anything", "-k", k)
+
+    assert exit_info.value.code == 2
+    assert "argument -k: " in capsys.readouterr().err

@@ -90,6 +90,14 @@ def test_front_matter_sets_title_source_section_audience_and_id(tmp_path: Path) 
     assert "title:" not in doc.text and doc.text.startswith("# Remote and Hybrid Work")
 
 
+def test_front_matter_with_windows_line_endings_keeps_its_metadata(tmp_path: Path) -> None:
+    text = "---\ntitle: Bonus plan\nsection: Exec\naudience: [executives]\n---\n\n# Bonus plan\n\nThe pool is 4%.\n"
+    for name, ending in (("crlf.md", "\r\n"), ("cr.md", "\r")):
+        doc = load_one(write(tmp_path / name, text.replace("\n", ending)))
+        assert (doc.title, doc.section, doc.audience) == ("Bonus plan", "Exec", ("executives",))
+        assert doc.text == "# Bonus plan\n\nThe pool is 4%."
+
+
 def test_audience_may_be_a_comma_separated_string(tmp_path: Path) -> None:
     doc = load_one(write(tmp_path / "a.md", "---\naudience: it, security ,\n---\nText.\n"))
     assert doc.audience == ("it", "security")
@@ -325,6 +333,25 @@ def test_windows_1252_text_loads_with_a_note(tmp_path: Path) -> None:
     report = load_documents([path])
     assert report.documents[0].text == "Café allowance – €5 a day."
     assert report.notes == [(path, "not valid UTF-8; decoded as Windows-1252")]
+
+
+def test_utf16_and_utf32_with_a_byte_order_mark_load_with_a_note(tmp_path: Path) -> None:
+    for encoding, note in (("utf-16", "decoded as UTF-16"), ("utf-32", "decoded as UTF-32")):
+        path = write(tmp_path / f"{encoding}.txt", "Caf\xe9 allowance: 5 EUR a day.\n".encode(encoding))
+        report = load_documents([path])
+        assert report.documents[0].text == "Café allowance: 5 EUR a day."
+        assert report.notes == [(path, note)]
+
+
+def test_symlinked_folders_are_not_followed_and_say_so(tmp_path: Path) -> None:
+    write(tmp_path / "shared" / "travel.md", "# Travel\n\nBook through the travel desk.\n")
+    write(tmp_path / "root" / "leave.md", "# Leave\n\nTwenty-five days a year.\n")
+    (tmp_path / "root" / "linked").symlink_to(tmp_path / "shared")
+
+    report = load_documents([tmp_path / "root"])
+
+    assert [d.doc_id for d in report.documents] == ["leave.md"]
+    assert report.notes == [(tmp_path / "root" / "linked", "skipped: a symlinked directory (links are not followed)")]
 
 
 def test_undecodable_and_binary_text_are_failures(tmp_path: Path) -> None:

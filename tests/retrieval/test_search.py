@@ -143,6 +143,22 @@ def test_k_limits_the_number_of_passages(index: PolicyIndex) -> None:
     assert len(index.search("certificate expired reinstall", k=3)) == 3
 
 
+@pytest.mark.parametrize("k", [0, -1, 51])
+def test_k_out_of_range_is_refused_not_reinterpreted(index: PolicyIndex, k: int) -> None:
+    with pytest.raises(ValueError, match="k must be between 1 and 50"):
+        index.search("certificate expired reinstall", k=k)
+
+
+def test_an_index_of_one_passage_still_answers_a_question_it_covers(open_index: OpenIndex) -> None:
+    index = open_index()
+    text = "# Bikes\n\nThe cycle-to-work scheme lends you up to 1,500 EUR for a bicycle, repaid from salary.\n"
+    index.index_documents([make_doc("bikes.md", text)], root="/policies")
+    assert index.count() == 1
+
+    assert [p.doc_id for p in index.search("how much can I borrow for a bike through cycle to work")] == ["bikes.md"]
+    assert index.search("what is the dress code at the office") == []
+
+
 async def test_asearch_runs_off_the_event_loop(index: PolicyIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     loop_thread = threading.get_ident()
     seen: list[int] = []
