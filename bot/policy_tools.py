@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Protocol
 
 from bot.tickets import TicketBackend, TicketError, TicketRequest
 from bot.tools import Consequence, Tool, ToolContext, ToolRegistry
+from retrieval.backends import UnknownSectionError
 from retrieval.types import Passage, SearchFilter
 
 TICKET_CATEGORIES = (
@@ -46,10 +48,16 @@ TICKET_DESCRIPTION = (
 def search_tool(searcher: Searcher, *, top_k: int = 5) -> Tool:
     async def handler(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         scope = SearchFilter(section=arguments.get("section"), groups=ctx.user.groups)
-        passages = await searcher.asearch(arguments["query"], k=top_k, filter=scope)
+        notes = []
+        try:
+            passages = await searcher.asearch(arguments["query"], k=top_k, filter=scope)
+        except UnknownSectionError as exc:  # a guessed section must not turn into "not in the policy"
+            passages = await searcher.asearch(arguments["query"], k=top_k, filter=replace(scope, section=None))
+            notes.append(f"{exc} Searched every section instead.")
         if not passages:
-            return {"results": [], "note": "Nothing relevant found in the policy documents."}
-        return {"results": [_passage_result(p) for p in passages]}
+            notes.append("Nothing relevant found in the policy documents.")
+        result: dict[str, Any] = {"results": [_passage_result(p) for p in passages]}
+        return result | {"note": " ".join(notes)} if notes else result
 
     parameters = {
         "type": "object",
@@ -57,7 +65,7 @@ def search_tool(searcher: Searcher, *, top_k: int = 5) -> Tool:
             "query": {"type": "string", "minLength": 2, "maxLength": 300, "description": "what to look for"},
             "section": {
                 "type": "string",
-                "description": "optional: only this policy section (People, IT, Security, Finance, Facilities)",
+                "description": "optional: only this policy section, when the user names one",
             },
         },
         "required": ["query"],

@@ -30,12 +30,21 @@ SCROLL_PAGE = 2_000
 # uuid5 namespace for point ids: the same document chunk always gets the same id.
 POINT_NAMESPACE = uuid.UUID("5b2f3c1e-8d0a-4f61-9a57-0c6a1f3e2b84")
 KEYWORD_FIELDS = ("doc_id", "root", "section", "audience")
-STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count", "file"]
+STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count", "file", "section"]
 RANKING_FIELDS = ["doc_id", "heading"]  # what a ranking carries; the passages shown are fetched whole
 
 
 class PolicyIndexError(RuntimeError):
     """A problem with the policy index that the user can act on; the message says how."""
+
+
+class UnknownSectionError(PolicyIndexError):
+    """A section filter that names no section in the index: an empty result would read as "not in the policy"."""
+
+    def __init__(self, section: str, known: Sequence[str]) -> None:
+        self.section, self.known = section, tuple(known)
+        listed = f"its sections are {', '.join(known)}" if known else "it has no sections"
+        super().__init__(f"No section {section!r} in the policy index: {listed}.")
 
 
 class IndexMissingError(PolicyIndexError):
@@ -88,6 +97,7 @@ class StoredDoc:
     chunk_count: int
     points: int = 0
     file: str = ""  # the real path it was loaded from ("" in indexes written before it was stored)
+    section: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -160,6 +170,7 @@ def collect_stored_docs(payloads: Sequence[dict[str, Any]], into: dict[str, Stor
                 chunking=str(payload.get("chunking", "")),
                 chunk_count=int(payload.get("chunk_count", -1)),
                 file=str(payload.get("file", "")),
+                section=payload.get("section") or None,
             )
         stored.points += 1
 

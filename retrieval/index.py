@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,6 +38,7 @@ from retrieval.backends import (
     IndexMissingError,
     IndexPoint,
     StoredDoc,
+    UnknownSectionError,
     open_backend,
     point_id,
 )
@@ -239,6 +240,7 @@ class PolicyIndex:
         self._backend = backend
         self._lock = threading.Lock()  # neither engine promises thread safety: one call at a time
         self._size_cache: tuple[float, int] | None = None
+        self._sections_cache: tuple[float, list[str]] | None = None
 
     @classmethod
     def open(
@@ -325,7 +327,7 @@ class PolicyIndex:
             for doc_id in gone:
                 del stored[doc_id]
             report.removed.extend(gone)
-        self._size_cache = None
+        self._size_cache = self._sections_cache = None
         report.seconds = time.perf_counter() - started
         return report
 
@@ -353,7 +355,7 @@ class PolicyIndex:
         if removes:
             present = {d.doc_id for d in documents} | protected
             self._remove_missing(root, present, protected_files, stored, report)
-        self._size_cache = None
+        self._size_cache = self._sections_cache = None
         report.seconds = time.perf_counter() - started
         return report
 
@@ -479,6 +481,7 @@ class PolicyIndex:
             raise ValueError(f"k must be between 1 and {MAX_K}, not {k}")
         if not query.strip():
             return []
+        filter = self._known_section(filter)
         retrieval = self.retrieve(query, k=k, filter=filter)
         if not self.floor.admits(retrieval):
             return []
@@ -504,6 +507,26 @@ class PolicyIndex:
             query_terms=len(vectors.sparse_indices),
             corpus_size=self._corpus_size(),
         )
+
+    def sections(self) -> list[str]:
+        """The sections documents declare, sorted; refreshed now and then (another process may index)."""
+        now = time.monotonic()
+        if self._sections_cache is None or now - self._sections_cache[0] > CORPUS_SIZE_TTL_S:
+            found = sorted({doc.section for doc in self._stored_docs().values() if doc.section})
+            self._sections_cache = (now, found)
+        return self._sections_cache[1]
+
+    def _known_section(self, filter: SearchFilter | None) -> SearchFilter | None:
+        """The filter with its section spelled as the index spells it ("it" finds "IT"), or an error."""
+        if filter is None or not filter.section:
+            return filter
+        known = self.sections()
+        if filter.section in known:
+            return filter
+        same = [section for section in known if section.casefold() == filter.section.casefold()]
+        if not same:
+            raise UnknownSectionError(filter.section, known)
+        return replace(filter, section=same[0])
 
     def _corpus_size(self) -> int:
         """Chunk count for the floor's IDF bound, refreshed now and then (another process may index)."""

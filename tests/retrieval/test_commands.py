@@ -192,3 +192,14 @@ def test_search_k_out_of_range_is_a_usage_error(data_dir: Path, k: str, capsys: 
 
     assert exit_info.value.code == 2
     assert "argument -k: " in capsys.readouterr().err
+
+
+def test_search_in_an_unknown_section_names_the_sections(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_cli(capsys, "index", str(corpus_dir))
+
+    code, out, err = run_cli(capsys, "search", "annual leave", "--section", "Finance")
+
+    assert code == 1 and out == ""
+    assert "No section 'Finance' in the policy index: its sections are IT, People." in err

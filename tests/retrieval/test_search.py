@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from retrieval.backends import Hit
+from retrieval.backends import Hit, UnknownSectionError
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder
 from retrieval.index import PolicyIndex, RelevanceFloor, Retrieval
@@ -125,6 +125,20 @@ def test_section_filter_keeps_one_section(index: PolicyIndex) -> None:
     passages = index.search("annual leave and salary bands", k=10, filter=SearchFilter(section="People"))
 
     assert passages and {p.section for p in passages} == {"People"}
+
+
+def test_a_section_filter_ignores_case(index: PolicyIndex) -> None:
+    passages = index.search("annual leave and salary bands", k=10, filter=SearchFilter(section="people"))
+
+    assert passages and {p.section for p in passages} == {"People"}
+
+
+def test_an_unknown_section_is_an_error_naming_the_sections_not_an_empty_result(index: PolicyIndex) -> None:
+    with pytest.raises(UnknownSectionError) as error:
+        index.search("annual leave", filter=SearchFilter(section="Legal"))
+
+    assert error.value.known == tuple(index.sections()) and "People" in error.value.known
+    assert str(error.value).startswith("No section 'Legal' in the policy index: its sections are ")
 
 
 def test_passages_carry_citation_fields_and_a_bounded_snippet(open_index: OpenIndex, corpus: list[Document]) -> None:

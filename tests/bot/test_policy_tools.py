@@ -1,0 +1,41 @@
+"""The search tool as the model calls it: sections it names are matched as the index spells them."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.policy_tools import search_tool
+from bot.tools import ToolContext
+from bot.types import UserRef
+from retrieval.index import PolicyIndex
+
+pytestmark = pytest.mark.asyncio
+
+CONTEXT = ToolContext(user=UserRef("U1", groups=("staff",)), run_id="run-1", conversation_key="c1")
+
+
+async def test_a_section_in_another_case_is_the_same_section(sample_index: PolicyIndex) -> None:
+    tool = search_tool(sample_index)
+
+    result = await tool.handler({"query": "how many days of annual leave do I get", "section": "people"}, CONTEXT)
+
+    assert result["results"] and "note" not in result
+    assert all(r["cite"].startswith(("Leave", "Returning", "Remote", "Performance")) for r in result["results"])
+
+
+async def test_a_section_the_index_does_not_have_searches_everything_and_says_so(sample_index: PolicyIndex) -> None:
+    tool = search_tool(sample_index)
+
+    result = await tool.handler({"query": "what does VPN error NG-412 mean", "section": "Networking"}, CONTEXT)
+
+    assert result["results"][0]["cite"].startswith("Remote Access and VPN Standard")
+    assert result["note"] == (
+        "No section 'Networking' in the policy index: its sections are Facilities, Finance, IT, People, "
+        "Security. Searched every section instead."
+    )
+
+
+async def test_nothing_found_says_so(sample_index: PolicyIndex) -> None:
+    result = await search_tool(sample_index).handler({"query": "best lasagna recipe in town"}, CONTEXT)
+
+    assert result == {"results": [], "note": "Nothing relevant found in the policy documents."}
