@@ -154,10 +154,14 @@ def when(moment: datetime | None) -> str:
 # --- messages ---------------------------------------------------------------------------------------
 
 
-def answer_messages(answer: Answer, run_id: str) -> list[SlackMessage]:
-    """An answer as one or more messages: text, the cited policies, then feedback and handoff buttons."""
+def answer_messages(answer: Answer, run_id: str, *, actions: bool = True) -> list[SlackMessage]:
+    """An answer as one or more messages: text, the cited policies, then feedback and handoff buttons.
+
+    ``actions`` False (a refusal, or a reply that opened a helpdesk case): no buttons, since there is
+    no run for them to rate or hand off.
+    """
     body = sections(to_mrkdwn(answer.text)) or [section("_(no answer text)_")]
-    tail = [*citation_blocks(answer.citations), reply_actions(run_id)]
+    tail = [*citation_blocks(answer.citations), *([reply_actions(run_id)] if actions else [])]
     return pack(body, tail, run_id)
 
 
@@ -283,7 +287,8 @@ def plain_sections(text: str) -> list[Block]:
 
 
 def _summary(arguments: dict[str, Any]) -> str:
-    return str(arguments.get("summary") or "a pending request")
+    """The model-written summary for a message's ``text``, which Slack reads as mrkdwn: escaped like the blocks."""
+    return escape(str(arguments.get("summary") or "a pending request"))
 
 
 def _plain(mrkdwn: str) -> str:
@@ -330,13 +335,13 @@ def give_up_message(gave_up: GaveUp, run_id: str) -> SlackMessage:
     else:
         ref = f"If you contact the helpdesk, quote reference `{run_id}`."
     blocks = [*sections(to_mrkdwn(gave_up.text)), context(ref), reply_actions(run_id, handoff=not gave_up.case_id)]
-    return SlackMessage(gave_up.text, blocks)
+    return SlackMessage(_fallback(blocks), blocks)  # the converted, escaped text, never the raw Markdown
 
 
 def handoff_message(text: str, case_id: str | None, run_id: str | None = None) -> SlackMessage:
     ref = f"Helpdesk case *{escape(case_id)}*" if case_id else f"Reference `{run_id}`" if run_id else ""
     blocks = [*sections(to_mrkdwn(text)), *([context(ref)] if ref else [])]
-    return SlackMessage(text, blocks)
+    return SlackMessage(_fallback(blocks), blocks)
 
 
 def notice_message(mrkdwn: str) -> SlackMessage:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from adapters.reply_kinds import from_a_run
 from adapters.slack_blocks import (
     answer_messages,
     card_message,
@@ -116,8 +117,9 @@ class SlackBridge:
             self.users.lookup(str(event["user"])), self.poster.permalink(channel, str(event["ts"]))
         )
         inbound = to_inbound(event, body, user, self.bot, link)
-        if not inbound.text:
-            await self.poster.post(channel, thread, notice_message(EMPTY_QUESTION_HINT), user=user.id)
+        if not inbound.text:  # no run to dedupe it: claim the event, or every redelivery posts the hint again
+            if await self.service.claim_event("slack", inbound.event_id):
+                await self.poster.post(channel, thread, notice_message(EMPTY_QUESTION_HINT), user=user.id)
             return
         # Assistant threads are DM threads; elsewhere setStatus fails quietly and nothing is shown.
         status = bool(event.get("channel_type") == "im" and event.get("thread_ts"))
@@ -134,7 +136,7 @@ class SlackBridge:
         """An outcome as Slack messages: the answer, a ticket card, or the give-up with its reference."""
         outcome = reply.outcome
         if isinstance(outcome, Answer):
-            messages = answer_messages(outcome, reply.run_id)
+            messages = answer_messages(outcome, reply.run_id, actions=from_a_run(reply))
             await self.poster.post_all(where.channel, where.thread_ts, messages, user=where.user)
         elif isinstance(outcome, Pending):
             await self._post_card(outcome.action, where)

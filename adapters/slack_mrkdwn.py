@@ -15,9 +15,12 @@ _BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _QUOTE = re.compile(r"^(\s*>+\s?)(.*)$")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-_LINK = re.compile(r"!?\[([^\]\n]+)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+# A link target may hold balanced parentheses (Wikipedia's Foo_(bar)), one level deep.
+_LINK = re.compile(r"!?\[([^\]\n]+)\]\(\s*<?((?:[^()\s>]|\([^()\s>]*\))+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _AUTOLINK = re.compile(r"<(https?://[^>\s]+|mailto:[^>\s]+)>")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
+# A bare URL, without the punctuation or emphasis markers that may close a sentence or a span after it.
+_BARE_URL = re.compile(r"(?:https?://|mailto:)[^\s<>\x00]*[^\s<>\x00*_~.,:;!?'\"]")
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
 _ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
 _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 _STASH = re.compile("\x00(\\d+)\x00")
@@ -60,26 +63,31 @@ def _convert_line(line: str) -> str:
 
 
 def _inline(text: str) -> str:
-    """Inline spans: code and links are set aside first so emphasis rules never reach inside them."""
+    """Inline spans: code, links and bare URLs are set aside first so emphasis rules never reach inside them."""
     stash: list[str] = []
 
     def keep(rendered: str) -> str:
         stash.append(rendered)
         return f"\x00{len(stash) - 1}\x00"
 
+    def restore(held: str) -> str:
+        # A link's label may hold a code span set aside before it: restore what is inside, too.
+        return _STASH.sub(lambda m: restore(stash[int(m.group(1))]), held)
+
     text = _CODE_SPAN.sub(lambda m: keep(f"`{escape(m.group(2))}`"), text)
-    text = _LINK.sub(lambda m: keep(_link(m.group(2), m.group(1))), text)
-    text = _AUTOLINK.sub(lambda m: keep(f"<{m.group(1)}>"), text)
+    text = _LINK.sub(lambda m: keep(_link(m.group(2), restore(escape(m.group(1))))), text)
+    text = _AUTOLINK.sub(lambda m: keep(f"<{m.group(1).replace('|', '%7C')}>"), text)  # | would hide the URL
+    text = _BARE_URL.sub(lambda m: keep(escape(m.group(0))), text)
     text = escape(text)
     text = _BOLD.sub(lambda m: f"{_BOLD_MARK}{m.group(1) or m.group(2)}{_BOLD_MARK}", text)
     text = _ITALIC.sub(r"_\1_", text)
     text = _STRIKE.sub(r"~\1~", text)
     text = text.replace(_BOLD_MARK, "*")
-    return _STASH.sub(lambda m: stash[int(m.group(1))], text)
+    return restore(text)
 
 
 def _link(url: str, label: str) -> str:
+    """``<url|label>`` for a web or mail target; ``label`` is already mrkdwn (escaped, code restored)."""
     if not re.match(r"(https?://|mailto:)", url):
-        return escape(f"{label} ({url})")  # a relative or odd target: show it, never a broken link
-    safe_label = escape(label).replace("|", "¦")
-    return f"<{url.replace('|', '%7C')}|{safe_label}>"
+        return f"{label} ({escape(url)})"  # a relative or odd target: show it, never a broken link
+    return f"<{url.replace('|', '%7C')}|{label.replace('|', '¦')}>"

@@ -15,6 +15,7 @@ import re
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from adapters.teams_dedupe import event_id
 from bot.identity import GroupMap
 from bot.types import Inbound, UserRef
 
@@ -102,7 +103,7 @@ def to_inbound(activity: Activity, user: UserRef) -> Inbound:
         thread=thread,
         user=user,
         text=question_text(activity),
-        event_id=str(activity.get("id") or ""),
+        event_id=event_id(activity),  # activity ids repeat across conversations
         link=deep_link(activity),
         address=reference_of(activity),  # so the thread can be told things later (crash recovery)
     )

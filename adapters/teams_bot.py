@@ -9,6 +9,9 @@ Every turn is acknowledged at once and the work continues in a background task:
   shows typing, runs ``handle_message`` and posts the reply as a proactive message to the stored
   conversation reference. The reference, not the turn context, because the turn has ended by then,
   and because the same reference (kept with a pending action) still works after a restart.
+  A reply sent without a run (a hint, a refusal, the welcome, a handoff's case) claims the activity
+  first, as ``handle_message`` does for a run, so a redelivery never posts it twice
+  (adapters/teams_dedupe.py).
 * **Card clicks** (``adaptiveCard/action``): the decision itself is quick, but ``service.decide`` also
   runs the ticket and then the model. So the click starts ``decide`` in a task and answers the invoke
   as soon as ``decide`` reports the outcome through ``on_result`` (ticket id, cancelled) or returns
@@ -28,6 +31,7 @@ import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from adapters import teams_cards as cards
@@ -43,6 +47,7 @@ from adapters.teams_activity import (
     to_inbound,
     user_of,
 )
+from adapters.teams_dedupe import event_id, handled_by_older_release
 from bot.identity import GroupMap
 from bot.pending import PendingRecord
 from bot.service import DecisionReply, PolicyPal, Reply
@@ -103,6 +108,7 @@ class TeamsBot:
         self.options = options or TeamsOptions()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._profiles: dict[tuple[str, str], tuple[float, Json]] = {}
+        self._started = datetime.now(UTC)  # activities sent before this may have met an older release
 
     # --- messages -------------------------------------------------------------------------------
 
@@ -113,7 +119,7 @@ class TeamsBot:
         reference = reference_of(activity)
         if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
             log.info("teams: tenant %r is not allowed; refusing politely", tenant_of(activity))
-            self._spawn(self._send_safely(reference, cards.message(cards.REFUSAL_TEXT)))
+            self._spawn(self._reply_once(activity, reference, cards.message(cards.REFUSAL_TEXT)))
             return
         self._spawn(self._answer(activity, reference))
 
@@ -127,7 +133,7 @@ class TeamsBot:
         if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
             log.info("teams: not greeting tenant %r, which is not allowed", tenant_of(activity))
             return
-        self._spawn(self._send_safely(reference_of(activity), cards.message(cards.WELCOME_TEXT)))
+        self._spawn(self._reply_once(activity, reference_of(activity), cards.message(cards.WELCOME_TEXT)))
 
     async def _answer(self, activity: Activity, reference: Json) -> None:
         typing = self._spawn(self._keep_typing(reference))
@@ -135,9 +141,12 @@ class TeamsBot:
             user = await self._user(activity, reference)
             inbound = to_inbound(activity, user)
             if not inbound.text:
-                await self._send_safely(reference, cards.message(cards.EMPTY_TEXT))
+                await self._reply_once(activity, reference, cards.message(cards.EMPTY_TEXT))
                 return
-            reply = await self.service.handle_message(inbound)
+            if await handled_by_older_release(self.service, activity, self._started):
+                log.info("teams: activity %s was handled before an upgrade; not run again", activity.get("id"))
+                return
+            reply = await self.service.handle_message(inbound)  # claims the activity's event id
         except Exception:
             log.exception("teams: run for activity %s failed", activity.get("id"))
             await self._send_safely(reference, cards.message(cards.ERROR_TEXT))
@@ -146,6 +155,24 @@ class TeamsBot:
             typing.cancel()
         if reply is not None:  # None: a redelivered activity that already ran
             await self._post_reply(reference, reply, user.name)
+
+    async def _reply_once(self, activity: Activity, reference: Json, reply: Json) -> None:
+        """Send a reply that has no run behind it once per activity, however often Teams delivers it."""
+        try:
+            first = await self._claim(activity)
+        except Exception:
+            log.exception("teams: could not claim activity %s; replying anyway", activity.get("id"))
+            first = True  # a repeated notice beats silence
+        if first:
+            await self._send_safely(reference, reply)
+        else:
+            log.info("teams: activity %s was already answered", activity.get("id"))
+
+    async def _claim(self, activity: Activity) -> bool:
+        """True the first time any process (this release or an older one) sees this activity."""
+        if await handled_by_older_release(self.service, activity, self._started):
+            return False
+        return await self.service.claim_event("teams", event_id(activity))
 
     async def _post_reply(self, reference: Json, reply: Reply, requester_name: str) -> None:
         """Post a run's outcome in the thread; a pending card also remembers where it was posted."""
@@ -272,6 +299,9 @@ class TeamsBot:
     async def _hand_off(self, activity: Activity, run_id: str) -> None:
         reference = reference_of(activity)
         try:
+            if not await self._claim(activity):  # a redelivered invoke: the case was already posted
+                log.info("teams: handoff invoke %s was already answered", activity.get("id"))
+                return
             user = await self._user(activity, reference)
             text = await self._request_handoff(activity, user, run_id)
         except Exception:

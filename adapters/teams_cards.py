@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from adapters.reply_kinds import from_a_run
 from bot.service import Reply
 from bot.types import Answer, Citation, GaveUp, Pending, PendingAction
 
@@ -86,22 +87,13 @@ def invoke_card(content: Json) -> Json:
 def reply_activity(reply: Reply, requester_name: str = "") -> Json:
     """The message for one run's outcome: an answer, a card to confirm, or an honest give-up."""
     outcome = reply.outcome
-    if isinstance(outcome, Answer) and (is_case_id(reply.run_id) or getattr(reply, "refused", None)):
+    if isinstance(outcome, Answer) and not from_a_run(reply):
         return message(outcome.text)  # a case opened, or a polite refusal (rate, busy): nothing to rate
     if isinstance(outcome, Answer):
         return message(answer_markdown(outcome), feedback_card(reply.run_id))
     if isinstance(outcome, Pending):
         return message(None, pending_card(outcome.action, requester_name))
     return gave_up_activity(reply.run_id, outcome)
-
-
-def is_case_id(run_id: str) -> bool:
-    """True when a reply came from opening a helpdesk case rather than from a run."""
-    try:
-        from bot.handoff import case_number
-    except ImportError:  # a core without the helpdesk
-        return False
-    return case_number(run_id) is not None
 
 
 def answer_markdown(answer: Answer) -> str:

@@ -32,6 +32,7 @@ from adapters.slack_blocks import HANDOFF, HELPFUL, NOT_HELPFUL
 from bot.config import ConfigError
 from bot.handoff import HandoffCase
 from bot.identity import GroupMap
+from bot.ratelimit import Admission, RunSlots, UserRateLimit
 from bot.service import PolicyPal
 from bot.wiring import open_service
 from retrieval.types import Passage
@@ -247,6 +248,16 @@ async def test_a_bare_mention_gets_a_hint_and_no_run(slack: SlackRig):
     assert slack.model.requests == []
 
 
+async def test_a_redelivered_bare_mention_gets_one_hint(slack: SlackRig):
+    envelope = event_envelope(mention_event(ALICE, "<@UBOT>"))
+    await slack.send(envelope)
+    await slack.replies()
+    await slack.send(envelope, retry_num=1)
+    await slack.send({**envelope, "retry_attempt": 0})  # Slack's redelivery without retry headers
+    await asyncio.sleep(0.3)
+    assert len(slack.slack.calls_to("chat.postMessage")) == 1
+
+
 async def test_assistant_threads_get_suggested_prompts_and_a_status_while_the_run_works(slack: SlackRig):
     slack.model.script(answer())
     started = {
@@ -337,6 +348,29 @@ async def test_without_the_helpdesk_service_the_handoff_reply_carries_the_run_id
     await slack.click(ALICE, HANDOFF, "run_abc123", channel="D0ALICE", thread_ts="1700000000.000001")
     (reply,) = await slack.replies()
     assert "`run_abc123`" in reply.block_text and reply["thread_ts"] == "1700000000.000001"
+
+
+def buttons_of(reply: SlackCall) -> list[str]:
+    return [e["action_id"] for b in reply.blocks if b["type"] == "actions" for e in b["elements"]]
+
+
+async def test_a_typed_request_for_a_person_names_the_case_and_offers_no_buttons(slack: SlackRig):
+    """No run behind the reply: its id is the case id, so feedback or handoff buttons could only fail."""
+    await slack.send(event_envelope(dm_event(ALICE, "I want to talk to a human")))
+    (reply,) = await slack.replies()
+    (case,) = await slack.service.store.list_handoffs()
+    assert HandoffCase.from_record(case).case_id in reply.block_text
+    assert buttons_of(reply) == [] and slack.model.requests == []
+
+
+async def test_a_rate_limited_refusal_offers_no_buttons(slack: SlackRig):
+    slack.service.admission = Admission(UserRateLimit(slack.service.store, 1), RunSlots(4))
+    slack.model.script(answer())
+    await slack.send(event_envelope(dm_event(ALICE, "Can I work abroad?")))
+    await slack.replies()
+    await slack.send(event_envelope(dm_event(ALICE, "And for how long?")))
+    refusal = (await slack.replies(2))[1]
+    assert "Please wait a moment" in refusal.block_text and buttons_of(refusal) == []
 
 
 # --- Slack API errors -------------------------------------------------------------------------------

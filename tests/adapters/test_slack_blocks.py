@@ -23,6 +23,8 @@ from adapters.slack_blocks import (
     card_message,
     decided_card_message,
     give_up_message,
+    handoff_message,
+    in_progress_card_message,
     parse_button_value,
     split_text,
 )
@@ -190,6 +192,22 @@ def test_a_linked_ticket_is_a_link():
     result = {"status": "created", "ticket_id": "INC-7", "url": "https://desk.example.com/INC-7"}
     line = decided_card_message(record("done", result=result)).blocks[-1]["elements"][0]["text"]
     assert "<https://desk.example.com/INC-7|*INC-7*>" in line
+
+
+def test_the_text_slack_notifies_with_is_escaped_like_the_blocks():
+    """``text`` is mrkdwn too: a model-written summary must not ping the channel or hide a link."""
+    hostile = "<!channel> <https://evil.example|VPN> down"
+    pending = record("open", arguments={**TICKET, "summary": hostile})
+    messages = [
+        card_message(pending.as_action()),
+        decided_card_message(dataclasses.replace(pending, state="cancelled")),
+        in_progress_card_message(pending, "U_ALICE", NOW, "confirm"),
+        give_up_message(GaveUp(TerminationReason.DEADLINE, text=hostile), "run_x"),
+        handoff_message(hostile, "HD-42"),
+    ]
+    for message in messages:
+        assert "&lt;!channel&gt;" in message.text and "<!channel>" not in message.text, message.text
+        assert "|VPN>" not in message.text, message.text  # a Slack link would show "VPN", not where it goes
 
 
 # --- give-up ----------------------------------------------------------------------------------------

@@ -51,3 +51,27 @@ def test_blockquotes_keep_their_marker_and_rules_disappear():
 
 def test_snake_case_and_lone_asterisks_are_not_emphasis():
     assert to_mrkdwn("set max_retry_count to 2 * 3") == "set max_retry_count to 2 * 3"
+
+
+def test_inline_code_in_a_link_label_stays_code():
+    assert to_mrkdwn("Edit [`vpn.conf`](https://x/vpn) now") == "Edit <https://x/vpn|`vpn.conf`> now"
+    assert to_mrkdwn("[`a|b`](https://x.example.com)") == "<https://x.example.com|`a¦b`>"  # | would end the label
+    assert to_mrkdwn("See [`leave.md`](policies/leave.md).") == "See `leave.md` (policies/leave.md)."
+
+
+def test_a_link_target_keeps_its_balanced_parentheses():
+    assert to_mrkdwn("See [Wiki](https://en.wikipedia.org/wiki/Foo_(bar)) now") == (
+        "See <https://en.wikipedia.org/wiki/Foo_(bar)|Wiki> now"
+    )
+
+
+def test_emphasis_never_reaches_inside_a_bare_url_but_still_closes_after_one():
+    url = "https://intranet.example.com/__init__/x__y?q=a*b*c"
+    assert to_mrkdwn(f"Open {url} now") == f"Open {url} now"
+    assert to_mrkdwn("**Portal: https://intranet.example.com/a_b**.") == "*Portal: https://intranet.example.com/a_b*."
+    assert to_mrkdwn("R&D https://x.example.com/?a=1&b=2") == "R&amp;D https://x.example.com/?a=1&amp;b=2"
+    assert to_mrkdwn("snake__case__word but __bold__") == "snake__case__word but *bold*"
+
+
+def test_an_autolink_cannot_hide_its_target_behind_a_slack_label():
+    assert to_mrkdwn("<https://evil.example|VPN>") == "<https://evil.example%7CVPN>"

@@ -12,6 +12,7 @@ import sys
 import types
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from bot.config import Settings
 from bot.service import PolicyPal
 from bot.wiring import open_service
 from tests.bot.helpers import settings_for
-from tests.fakes.bot_connector import ALICE, BOT_ID, CHANNEL, GUEST, TENANT, FakeBotConnector, Recorded
+from tests.fakes.bot_connector import ALICE, BOB, BOT_ID, CHANNEL, GUEST, TENANT, FakeBotConnector, Recorded
 from tests.fakes.openai_server import FakeOpenAI, Turn, respond, text, tool_calls
 
 TICKET = {"category": "network_vpn", "summary": "NorthGate VPN fails with NG-809", "urgency": "high"}
@@ -170,6 +171,56 @@ async def test_a_repeated_activity_id_never_starts_a_second_run(teams):
     assert len(await teams.service.store.list_runs()) == 1
 
 
+async def test_the_same_activity_id_in_two_personal_chats_runs_both(teams):
+    teams.model.script(text("For Alice."), text("For Bob."))
+    alice, bob = teams.channel.personal_message("hi"), teams.channel.personal_message("hello", sender=BOB)
+    alice["id"] = bob["id"] = "1700000000999"  # ids are unique only within a conversation
+    await teams.post(alice)
+    await teams.reply()
+    await teams.post(bob)
+    second = await teams.reply(count=2)
+    assert second.text == "For Bob." and len(await teams.service.store.list_runs()) == 2
+
+
+async def test_a_redelivery_of_an_activity_an_older_release_ran_does_not_run_again(teams):
+    """Older releases claimed the bare activity id; an activity sent before the upgrade is checked against it."""
+    teams.model.script(text("Answered."))
+    sent_earlier = teams.channel.personal_message("How do I reset my password?")
+    sent_earlier["timestamp"] = (datetime.now(UTC) - timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
+    await teams.service.claim_event("teams", sent_earlier["id"])  # what the older release stored
+    await teams.post(sent_earlier)
+    # The same id sent now in another chat is a new message: the old bare key does not block it.
+    fresh = teams.channel.personal_message("And my VPN?", sender=BOB, timestamp=datetime.now(UTC).isoformat())
+    fresh["id"] = sent_earlier["id"]
+    await teams.post(fresh)
+    reply = await teams.reply()
+    await asyncio.sleep(0.3)
+    assert reply.text == "Answered." and reply.conversation_id == fresh["conversation"]["id"]
+    assert len(teams.channel.messages()) == 1 and len(teams.model.requests) == 1
+
+
+# --- replies without a run are sent once per activity ---------------------------------------------------
+
+
+async def test_a_redelivered_bare_mention_gets_one_hint(teams):
+    activity = teams.channel.channel_message("")
+    await teams.post(activity)
+    hint = await teams.reply()
+    await teams.post(activity)  # Bot Framework redelivers
+    await asyncio.sleep(0.3)
+    assert hint.text.startswith("Ask me about a company policy") and len(teams.channel.messages()) == 1
+
+
+async def test_a_redelivered_refusal_is_sent_once(teams):
+    activity = teams.channel.personal_message("hello")
+    activity["conversation"]["tenantId"] = activity["channelData"]["tenant"]["id"] = "tenant-elsewhere"
+    await teams.post(activity)
+    await teams.reply()
+    await teams.post(activity)
+    await asyncio.sleep(0.3)
+    assert len(teams.channel.messages()) == 1
+
+
 # --- channels and group chats ------------------------------------------------------------------------
 
 
@@ -209,6 +260,22 @@ async def test_a_follow_up_in_the_thread_continues_the_conversation(teams):
         "Taxis are fine after 9 pm.",
         "Even at 10 pm?",
     ]
+
+
+async def test_the_same_activity_id_in_two_channels_runs_both(teams):
+    """Channel message ids are epoch milliseconds: two channels can send the same one."""
+    teams.model.script(text("Answer for Alice."), text("Answer for Bob."))
+    here = teams.channel.channel_message("Can I expense a taxi?")
+    there = teams.channel.channel_message("How many vacation days?", sender=BOB)
+    here["id"] = there["id"] = "1700000000123"
+    here["conversation"]["id"] = f"{CHANNEL};messageid=1700000000123"
+    there["conversation"]["id"] = "19:finance@thread.tacv2;messageid=1700000000123"
+    there["channelData"]["teamsChannelId"] = "19:finance@thread.tacv2"
+    await teams.post(here)
+    await teams.reply()
+    await teams.post(there)
+    second = await teams.reply(count=2)
+    assert second.text == "Answer for Bob." and second.conversation_id == there["conversation"]["id"]
 
 
 async def test_a_new_post_in_the_same_channel_is_a_new_conversation(teams):
@@ -284,6 +351,15 @@ async def test_installing_the_bot_in_personal_chat_sends_a_welcome(teams):
     assert welcome.conversation_id == activity["conversation"]["id"]
     assert welcome.text.startswith("Hi, I'm **PolicyPal**") and "Confirm" in welcome.text
     assert teams.model.requests == []  # a greeting, not a run
+
+
+async def test_a_redelivered_install_sends_one_welcome(teams):
+    activity = install(teams)
+    await teams.post(activity)
+    await teams.reply()
+    await teams.post(activity)
+    await asyncio.sleep(0.3)
+    assert len(teams.channel.messages()) == 1
 
 
 async def test_no_welcome_for_someone_else_joining_a_channel_install_or_a_foreign_tenant(teams):

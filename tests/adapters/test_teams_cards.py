@@ -80,8 +80,18 @@ def test_inbound_carries_tenant_channel_thread_and_event_id():
     activity = CHANNEL_SIDE.channel_message("Can I expense a taxi?", root="1700000")
     inbound = to_inbound(activity, UserRef("aad-alice"))
     assert (inbound.platform, inbound.tenant, inbound.channel, inbound.thread) == ("teams", TENANT, CHANNEL, "1700000")
-    assert (inbound.text, inbound.event_id) == ("Can I expense a taxi?", activity["id"])
+    assert inbound.text == "Can I expense a taxi?" and inbound.event_id.startswith(activity["id"] + "@")
     assert inbound.conversation_key == f"teams:{TENANT}:{CHANNEL}:1700000"
+
+
+def test_the_event_id_is_the_activity_id_within_its_conversation():
+    """Activity ids are unique only within a conversation (channel ids are epoch milliseconds)."""
+    here = CHANNEL_SIDE.personal_message("hi")
+    there = {**here, "conversation": {**here["conversation"], "id": "a:" + "x" * 300}}
+    again = json.loads(json.dumps(here))  # a redelivery: the same activity, parsed again
+    ids = [to_inbound(activity, UserRef("aad-alice")).event_id for activity in (here, again, there)]
+    assert ids[0] == ids[1] != ids[2]
+    assert len(f"teams:{ids[2]}") <= 255  # the store's limit, however long the conversation id
 
 
 def test_deep_links_open_the_message_in_teams():

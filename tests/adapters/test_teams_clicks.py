@@ -294,6 +294,17 @@ async def test_still_need_help_hands_the_conversation_to_the_helpdesk(teams, mon
     assert told.conversation_id == reply.conversation_id and "HD-7" in told.text
 
 
+async def test_a_redelivered_handoff_invoke_posts_the_case_once(teams):
+    reply, card = await answered(teams)
+    data = next(a["data"] for a in card["actions"] if a["verb"] == "handoff")
+    invoke = teams.channel.card_action("handoff", data, on=reply)
+    await teams.post(invoke)
+    told = await teams.reply(count=2)
+    await teams.post(invoke)  # Teams resends an invoke it thinks went unanswered
+    await asyncio.sleep(0.3)
+    assert "HD-" in told.text and len(teams.channel.messages()) == 2
+
+
 async def test_without_a_helpdesk_service_the_user_gets_the_run_reference(teams, monkeypatch):
     monkeypatch.setattr(teams.service, "request_handoff", None, raising=False)
     reply, card = await answered(teams)
