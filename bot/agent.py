@@ -21,6 +21,7 @@ from typing import Any
 
 from bot.budget import Budget, Budgets, CallAllowance, HistoryMeter, estimate_tokens
 from bot.conversation import apply_compaction, plan_compaction, summarise
+from bot.decided import DecidedWrite, reply_from_result
 from bot.llm import ModelTimeout
 from bot.pricing import Price
 from bot.run_state import PendingTurn, RunState
@@ -87,10 +88,21 @@ class RunResult:
     state: RunState
 
 
-async def run_agent(deps: AgentDeps, state: RunState, cancel: asyncio.Event | None = None) -> RunResult:
-    """Drive one run to its end; a pending write stops it with the write frozen in the result."""
+async def run_agent(
+    deps: AgentDeps, state: RunState, cancel: asyncio.Event | None = None, decided: DecidedWrite | None = None
+) -> RunResult:
+    """Drive one run to its end; a pending write stops it with the write frozen in the result.
+
+    ``decided``: the run continues after a Confirm or Cancel click. If its budgets leave no model
+    call at all (say the write was proposed on the last step), the reply is written from the call's
+    result (the ticket and its link, the cancel, or the error) and the run ends ``answered``: the
+    budgets are not stretched by one call, and a ticket that was created is not reported as a
+    give-up with a helpdesk case. An "answer" step in the trace records which budget ran out.
+    """
     budget = Budget(deps.budgets, deps.price, state.spent)
     trace = RunTrace(state.run_id)
+    if decided is not None:
+        trace.add(decided.step)
     tools = deps.tools.schemas()
     meter, tool_tokens = HistoryMeter(), estimate_tokens([], tools)
     while True:
@@ -100,6 +112,8 @@ async def run_agent(deps: AgentDeps, state: RunState, cancel: asyncio.Event | No
             await _compact(deps, state, budget, trace)
         allowance = budget.check(meter.tokens(state.messages) + tool_tokens, deps.settings.max_output_tokens)
         if isinstance(allowance, TerminationReason):
+            if decided is not None and trace.model_steps == 0:
+                return _answer_from_result(state, trace, decided, allowance)
             return _give_up(state, trace, allowance)
         reply = await _call_model(deps, state, tools, allowance, budget, trace, cancel)
         if isinstance(reply, TerminationReason):
@@ -215,6 +229,15 @@ def _final(state: RunState, trace: RunTrace, reply: ModelReply) -> RunResult:
     if not text:
         return _give_up(state, trace, TerminationReason.MODEL_ERROR)
     return _finish(state, trace, TerminationReason.ANSWERED, Answer(text, _citations(text, state)))
+
+
+def _answer_from_result(
+    state: RunState, trace: RunTrace, decided: DecidedWrite, exhausted: TerminationReason
+) -> RunResult:
+    text = reply_from_result(decided)
+    state.messages.append({"role": "assistant", "content": text})
+    trace.add(Step("answer", decided.tool, stop_reason=exhausted.value, text=text))
+    return _finish(state, trace, TerminationReason.ANSWERED, Answer(text))
 
 
 def _citations(text: str, state: RunState) -> tuple[Citation, ...]:

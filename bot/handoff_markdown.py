@@ -86,6 +86,8 @@ def _step(i: int, step: dict[str, Any]) -> str:
     if kind in ("model", "compaction"):
         tokens = f"{step.get('input_tokens', 0)}+{step.get('output_tokens', 0)}"
         line += f" · {tokens} tokens · ${step.get('cost_usd', 0):.5f}"
+    if step.get("decider"):
+        line += f" · {step.get('decision', 'decided')} by {step['decider']}"
     if step.get("arguments"):
         line += f"\n   - arguments: `{step['arguments']}`"
     if step.get("error"):

@@ -19,13 +19,13 @@ from urllib.parse import urlsplit
 
 import openai
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 from bot.offline_model import OfflineModel, estimate_usage
 from bot.types import ChatModel, Message, ModelError, ModelReply, ToolCall, Usage
+from bot.unicode_text import clean_text
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion
-
     from bot.config import Settings
 
 MaxTokensParam = Literal["auto", "max_completion_tokens", "max_tokens"]
@@ -143,45 +143,124 @@ def _api_message(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
+class _Malformed(ValueError):
+    """A reply whose shape we do not understand; ``_to_reply`` reports it as a ModelError."""
+
+
 def _to_reply(
-    completion: ChatCompletion, messages: Sequence[Message], tools: Sequence[dict[str, Any]], where: str
+    completion: object, messages: Sequence[Message], tools: Sequence[dict[str, Any]], where: str
 ) -> ModelReply:
-    if not completion.choices:
-        raise ModelError(f"{where}: the reply had no choices")
-    choice = completion.choices[0]
-    text = choice.message.content or choice.message.refusal
-    calls = tuple(_to_tool_call(raw, n) for n, raw in enumerate(choice.message.tool_calls or ()))
-    finish = choice.finish_reason or ("tool_calls" if calls else "stop")
+    """Read a completion, checking the type of every field we use.
+
+    The SDK does not validate response bodies, so a compatible server can send anything: an int tool
+    name, a null message, content as a list. Anything unexpected is a ``ModelError`` (the run ends with
+    ``model_error``), never an exception deeper in the loop; lone surrogates in text become U+FFFD.
+    """
+    try:
+        return _read_reply(completion, messages, tools)
+    except _Malformed as exc:
+        raise ModelError(f"{where}: malformed reply: {exc}") from None
+
+
+def _read_reply(completion: object, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> ModelReply:
+    body = _object(completion, "the body")
+    choices = _get(body, "choices")
+    if not choices:
+        raise _Malformed("the reply had no choices")
+    if not isinstance(choices, list):
+        raise _Malformed(f"choices is {_kind(choices)}, not a list")
+    choice = _object(choices[0], "the choice")
+    message = _object(_get(choice, "message"), "the message")
+    text = _text(_get(message, "content")) or _optional_str(_get(message, "refusal"), "refusal")
+    calls = _tool_calls(_get(message, "tool_calls"))
+    finish = _optional_str(_get(choice, "finish_reason"), "finish_reason") or ("tool_calls" if calls else "stop")
     return ModelReply(
         text=text,
         tool_calls=calls,
-        usage=_usage(completion, messages, tools, text, calls),
+        usage=_usage(_get(body, "usage"), messages, tools, text, calls),
         finish_reason=finish,
-        model=completion.model or "",
+        model=_optional_str(_get(body, "model"), "model") or "",
     )
 
 
-def _to_tool_call(raw: Any, index: int) -> ToolCall:
+def _text(content: object) -> str | None:
+    """The message text; a list of text parts (some compatible servers send one) is joined."""
+    if content is None or isinstance(content, str):
+        return clean_text(content) if content else content
+    if isinstance(content, list) and all(_is_text_part(part) for part in content):
+        return clean_text("".join(part["text"] for part in content))
+    raise _Malformed(f"content is {_kind(content)}, not text")
+
+
+def _is_text_part(part: object) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _Malformed(f"tool_calls is {_kind(raw)}, not a list")
+    return tuple(_to_tool_call(item, n) for n, item in enumerate(raw))
+
+
+def _to_tool_call(raw: object, index: int) -> ToolCall:
     """Keep the arguments as the raw text the model sent: validation is the tool registry's job."""
-    function = getattr(raw, "function", None) or getattr(raw, "custom", None)
-    name = getattr(function, "name", "") or ""
-    arguments = getattr(function, "arguments", None)
+    call = _object(raw, f"tool call {index}")
+    function = _object(_get(call, "function") or _get(call, "custom"), f"the function of tool call {index}")
+    name = _get(function, "name")
+    if not isinstance(name, str):
+        raise _Malformed(f"the name of tool call {index} is {_kind(name)}, not a string")
+    call_id = _optional_str(_get(call, "id"), f"the id of tool call {index}") or f"call_{index}"
+    arguments = _get(function, "arguments")
     if arguments is None:
-        arguments = getattr(function, "input", "")
+        arguments = _get(function, "input") or ""
     if not isinstance(arguments, str):  # some compatible servers send an object
         arguments = json.dumps(arguments)
-    return ToolCall(id=raw.id or f"call_{index}", name=name, arguments=arguments)
+    return ToolCall(id=clean_text(call_id), name=clean_text(name), arguments=clean_text(arguments))
 
 
 def _usage(
-    completion: ChatCompletion,
+    usage: object,
     messages: Sequence[Message],
     tools: Sequence[dict[str, Any]],
     text: str | None,
     calls: tuple[ToolCall, ...],
 ) -> Usage:
-    """Reported usage, or an estimate: budgets must not read a missing count as a free call."""
-    usage = completion.usage
-    if usage is not None and (usage.prompt_tokens or usage.completion_tokens):
-        return Usage(input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0)
+    """Reported usage, or an estimate: budgets must not read a missing or garbled count as a free call."""
+    prompt, completion = _count(_get(usage, "prompt_tokens")), _count(_get(usage, "completion_tokens"))
+    if prompt is not None and completion is not None and (prompt or completion):
+        return Usage(input_tokens=prompt, output_tokens=completion)
     return estimate_usage(messages, tools, text, calls)
+
+
+def _count(value: object) -> int | None:
+    """A token count: absent is 0, anything but a non-negative int (a string, a float) is None."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _object(value: object, what: str) -> object:
+    if isinstance(value, dict | BaseModel):
+        return value
+    raise _Malformed(f"{what} is {_kind(value)}, not an object")
+
+
+def _get(obj: object, name: str) -> Any:
+    """A field of an SDK object, or of a dict (the SDK leaves shapes it does not expect as dicts)."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None) if isinstance(obj, BaseModel) else None
+
+
+def _optional_str(value: object, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _Malformed(f"{what} is {_kind(value)}, not a string")
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__

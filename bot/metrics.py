@@ -56,7 +56,7 @@ class Metrics:
             kind, name, ms = _step_fields(step)
             if kind == "model":
                 self.model_latency.observe(ms / 1000)
-            elif kind == "tool":
+            elif kind in ("tool", "decision"):  # a decision step times the confirmed write itself
                 self.tool_latency.labels(tool=name).observe(ms / 1000)
 
     def observe_delivery(self, destination: str, outcome: str) -> None:

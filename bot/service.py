@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from bot.agent import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
 from bot.conversation import thread_context
+from bot.decided import DecidedWrite, decided_write
 from bot.handoff import ACTION_UNKNOWN, TICKET_FAILED, USER_REQUEST, HandoffCase, Helpdesk, asks_for_human
 from bot.inflight import InFlight
 from bot.logs import log_context
@@ -32,8 +33,10 @@ from bot.records import PendingRecord, Place
 from bot.run_state import RunState, StateVersionError
 from bot.store import Store
 from bot.tools import ToolContext
+from bot.trace import Stopwatch
 from bot.turn import ProposedWrite, execute_confirmed
 from bot.types import Answer, GaveUp, Inbound, Message, Outcome, Pending, TerminationReason, UserRef
+from bot.unicode_text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,7 @@ class PolicyPal:
         if not await self.store.claim_event(f"{inbound.platform}:{inbound.event_id}"):
             log.info("duplicate event %s ignored", inbound.event_id)
             return None
+        inbound = replace(inbound, text=clean_text(inbound.text))  # storable: no lone surrogates
         with log_context(conversation=inbound.conversation_key, platform=inbound.platform):
             return await self._answer(inbound, cancel)
 
@@ -179,7 +183,9 @@ class PolicyPal:
         if verdict.status not in ("confirmed", "cancelled") or verdict.action is None:
             return DecisionReply(verdict)
         record = verdict.action
+        watch = Stopwatch()
         result = await self._execute(record, actor) if verdict.confirmed else CANCELLED_BY_USER
+        took_ms = watch.ms()
         case = None
         if verdict.confirmed and _failed(result):
             case = await self._action_case(record, actor, TICKET_FAILED, str(result.get("error", "")))
@@ -194,7 +200,8 @@ class PolicyPal:
         state.run_id = _new_run_id()
         state.resume_with(record.call_id, _json(result))
         platform = record.conversation_key.split(":", 1)[0]
-        reply = await self._run(state, platform, f"({decision} {record.tool})", None)
+        decided = decided_write(record, actor.id, decision, result, took_ms)
+        reply = await self._run(state, platform, f"({decision} {record.tool})", None, decided=decided)
         return DecisionReply(verdict, result, reply, case)
 
     async def recover(self, older_than: timedelta = STALE_EXECUTING) -> list[tuple[PendingRecord, HandoffCase]]:
@@ -257,19 +264,23 @@ class PolicyPal:
         key = inbound.conversation_key
         case = await self.request_handoff(key, inbound.user, link=inbound.link, question=inbound.text)
         text = case.user_reply()
-        history = await self.store.load_history(key)
-        history += [{"role": "user", "content": inbound.text}, {"role": "assistant", "content": text}]
-        await self.store.save_history(key, history)
+        await self.store.append_history(key, [{"role": "user", "content": inbound.text}, _said(text)])
         return Reply(case.case_id, TerminationReason.ANSWERED, Answer(text), key)
 
     async def _run(
-        self, state: RunState, platform: str, question: str, cancel: asyncio.Event | None, link: str | None = None
+        self,
+        state: RunState,
+        platform: str,
+        question: str,
+        cancel: asyncio.Event | None,
+        link: str | None = None,
+        decided: DecidedWrite | None = None,
     ) -> Reply:
         context = log_context(run_id=state.run_id, conversation=state.conversation_key, platform=platform)
         with context, self.inflight.track(state.run_id, cancel) as stop:
             self.metrics.in_flight.inc()
             try:
-                result = await self._agent(state, platform, question, stop)
+                result = await self._agent(state, platform, question, stop, decided)
                 outcome = await self._settle(result, link)
             finally:
                 self.metrics.in_flight.dec()
@@ -281,13 +292,15 @@ class PolicyPal:
             result.run_id, result.reason, outcome, state.conversation_key, spent.steps, spent.tokens, spent.cost_usd
         )
 
-    async def _agent(self, state: RunState, platform: str, question: str, stop: asyncio.Event) -> RunResult:
+    async def _agent(
+        self, state: RunState, platform: str, question: str, stop: asyncio.Event, decided: DecidedWrite | None
+    ) -> RunResult:
         """The loop between its two database writes: running before it (for crash recovery), finished after."""
         model = self.deps.model.name
         await self.store.start_run(
             state.run_id, state.conversation_key, platform, state.user.id, question, model, PROCESS_OWNER
         )
-        result = await run_agent(self.deps, state, stop)
+        result = await run_agent(self.deps, state, stop, decided)
         await self._persist(result)  # first, so a give-up's case carries this run's trace
         log.info("run %s ended: %s", result.run_id, result.reason.value)
         return result
@@ -331,11 +344,13 @@ class PolicyPal:
         return replace(outcome, text=case.user_reply(), transcript=case.to_json(), case_id=case.case_id)
 
     async def _remember(self, state: RunState, answer: str) -> None:
-        """Thread history keeps questions and final answers only; tool traffic lives in the trace."""
-        history = await self.store.load_history(state.conversation_key)
-        history.append({"role": "user", "content": state.question})
-        history.append({"role": "assistant", "content": answer})
-        await self.store.save_history(state.conversation_key, history)
+        """Thread history keeps questions and final answers only; tool traffic lives in the trace.
+
+        One append (an INSERT), never a read-modify-write: two messages answered at once in a thread,
+        by this process or another replica, both stay in its history.
+        """
+        exchange = [{"role": "user", "content": state.question}, _said(answer)]
+        await self.store.append_history(state.conversation_key, exchange)
 
     async def _persist(self, result: RunResult) -> None:
         spent = result.state.spent
@@ -378,6 +393,10 @@ def _question_of(record: PendingRecord) -> str:
         return RunState.from_dict(record.run_state).question
     except (StateVersionError, KeyError, IndexError, TypeError):
         return record.text
+
+
+def _said(text: str) -> Message:
+    return {"role": "assistant", "content": text}
 
 
 def _new_run_id() -> str:

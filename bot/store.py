@@ -39,9 +39,9 @@ from bot.records import (
     to_run_row,
 )
 from bot.tables import (
-    Conversation,
     Handoff,
     HandoffDelivery,
+    HistoryEntry,
     PendingActionRow,
     ProcessedEvent,
     RateWindow,
@@ -162,17 +162,17 @@ class Store:
 
     async def load_history(self, key: str) -> list[Message]:
         """The stored messages of a thread, oldest first; empty for a new thread."""
+        table = HistoryEntry
+        stmt = select(table.messages).where(table.conversation_key == key).order_by(table.id)
         async with self._engine.connect() as conn:
-            messages = await conn.scalar(select(Conversation.messages).where(Conversation.key == key))
-        return list(messages or [])
+            entries = (await conn.scalars(stmt)).all()
+        return [message for messages in entries for message in messages]
 
-    async def save_history(self, key: str, messages: Sequence[Message]) -> None:
-        """Replace a thread's messages (insert or update in one statement)."""
-        values = {"messages": list(messages), "updated_at": utcnow()}
-        stmt = self._insert(Conversation).values(key=key, **values)
-        stmt = stmt.on_conflict_do_update(index_elements=["key"], set_=values)
+    async def append_history(self, key: str, messages: Sequence[Message]) -> None:
+        """Add messages to the end of a thread's history in one INSERT: concurrent appends all stay."""
+        row = {"conversation_key": key, "messages": list(messages), "created_at": utcnow()}
         async with self._engine.begin() as conn:
-            await conn.execute(stmt)
+            await conn.execute(HistoryEntry.__table__.insert().values(row))
 
     # -- runs ----------------------------------------------------------------------------------
 

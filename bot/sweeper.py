@@ -176,10 +176,8 @@ class Sweeper:
 
     async def _remember(self, run: RunRow, reply: str) -> None:
         """The thread's history gets the question and the give-up, as if the run had ended so."""
-        store = self.service.store
-        history = await store.load_history(run.conversation_key)
-        history += [{"role": "user", "content": run.question}, {"role": "assistant", "content": reply}]
-        await store.save_history(run.conversation_key, history)
+        exchange = [{"role": "user", "content": run.question}, {"role": "assistant", "content": reply}]
+        await self.service.store.append_history(run.conversation_key, exchange)
 
     async def _tell_requester(self, record: PendingRecord, case: HandoffCase) -> None:
         notice = Notice(case.user_reply(), record.run_id, case.case_id)

@@ -39,12 +39,17 @@ class ProcessedEvent(Base):
     received_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
 
 
-class Conversation(Base):
-    __tablename__ = "conversations"
+class HistoryEntry(Base):
+    """One append to a thread's history (a question and its reply). Rows are only ever inserted, so
+    messages answered at once, by any number of processes, can never overwrite one another."""
 
-    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    __tablename__ = "history_entries"
+    __table_args__ = (Index(None, "conversation_key", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)  # the order of appends
+    conversation_key: Mapped[str] = mapped_column(String(512))
     messages: Mapped[list[Message]] = mapped_column(_json())
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
 class Run(Base):

@@ -15,7 +15,9 @@ from typing import Any
 import fastjsonschema
 from jsonschema import Draft202012Validator
 
+from bot.canonical import canonical_json
 from bot.types import UserRef
+from bot.unicode_text import is_utf8
 
 
 class Consequence(StrEnum):
@@ -58,7 +60,7 @@ class Tool:
 
 
 class ToolRefusal(Exception):
-    """A call the model should hear about (unknown tool, bad JSON, schema violation, not permitted)."""
+    """A call the model should hear about (unknown tool, bad JSON, schema violation, bad Unicode, not permitted)."""
 
     def __init__(self, message: str, *, denied_write: bool = False) -> None:
         super().__init__(message)
@@ -99,12 +101,15 @@ class ToolRegistry:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as exc:
             raise ToolRefusal(f"Arguments for {name} are not valid JSON ({exc.msg} at char {exc.pos}).") from None
+        except (RecursionError, ValueError):  # nesting past the parser's limit, a number too long to convert
+            raise ToolRefusal(f"Arguments for {name} are nested too deeply or hold a value too large.") from None
         if not isinstance(arguments, dict):
             raise ToolRefusal(f"Arguments for {name} must be a JSON object.")
         return tool, arguments
 
     def validate(self, tool: Tool, arguments: dict[str, Any]) -> None:
         """Compiled check first (it runs on every call); jsonschema names every problem when it fails."""
+        _require_storable(tool.name, arguments)
         try:
             self._fast[tool.name](arguments)
             return
@@ -126,3 +131,16 @@ class ToolRegistry:
 def _describe(error: Any) -> str:
     where = "/".join(str(part) for part in error.path)
     return f"{where}: {error.message}" if where else error.message
+
+
+def _require_storable(name: str, arguments: dict[str, Any]) -> None:
+    """Arguments are hashed, stored and sent as UTF-8 JSON: a lone surrogate (``\\ud800``) would fail there."""
+    try:
+        encoded = canonical_json(arguments)
+    except RecursionError:
+        raise ToolRefusal(f"Arguments for {name} are nested too deeply.") from None
+    if not is_utf8(encoded):
+        raise ToolRefusal(
+            f"Invalid arguments for {name}: the text contains an unpaired surrogate escape (like \\ud800), "
+            "which is not valid Unicode. Send the text without it."
+        )

@@ -11,7 +11,7 @@ from bot.types import TerminationReason
 
 @dataclass
 class Step:
-    kind: str  # "model" | "tool" | "compaction" | "decision"
+    kind: str  # "model" | "tool" | "compaction" | "decision" | "answer" (written without a model call)
     name: str
     latency_ms: float = 0.0
     input_tokens: int = 0
@@ -23,6 +23,8 @@ class Step:
     result_chars: int | None = None
     error: str | None = None
     text: str | None = None  # model text or a bounded tool-result preview, for transcripts
+    decider: str | None = None  # a decision step: who clicked
+    decision: str | None = None  # a decision step: "confirm" | "cancel"
 
 
 @dataclass

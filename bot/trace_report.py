@@ -69,12 +69,21 @@ def _detail(run: RunRow) -> str:
 
 
 def _step_line(n: int, step: dict[str, Any]) -> str:
-    head = f"{n:>2}. {step['kind']:<10} {step['name']:<20} {step.get('latency_ms', 0):>8.1f} ms"
-    if step["kind"] in ("model", "compaction"):
+    kind = step["kind"]
+    head = f"{n:>2}. {kind:<10} {step['name']:<20} {step.get('latency_ms', 0):>8.1f} ms"
+    if kind in ("model", "compaction"):
         head += f"  tokens {step.get('input_tokens', 0)}+{step.get('output_tokens', 0)}  ${step.get('cost_usd', 0):.5f}"
         head += f"  stop={step.get('stop_reason', '-')}"
+    elif kind == "answer":
+        head += f"  written from the result, no model call left ({step.get('stop_reason', '-')})"
     else:
-        head += f"  args={step.get('arguments', '')}  result={step.get('result_chars', 0)} chars"
+        if kind == "decision":
+            head += f"  {step.get('decision', '?')} by {step.get('decider', '?')}"
+        head += f"  args={step.get('arguments', '')}"
+        if "result_chars" in step:
+            head += f"  result={step['result_chars']} chars"
+        elif step.get("text"):  # a proposed write: no result yet
+            head += f"  {step['text']}"
     if step.get("error"):
         head += f"  ERROR: {step['error']}"
     return head

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 SEARCH_EXHAUSTED = "No further results. If the answer is not in what you have, say it is not in the policy."
 REPEATED_CALL = "You already called {name} with exactly these arguments in this run. Use the earlier result."
 ANOTHER_PENDING = "Not run: another action in this turn is already waiting for the user's confirmation."
+AWAITING_CONFIRMATION = "proposed: waiting for the requester to confirm or cancel"
 PREVIEW_CHARS = 1_000
 
 
@@ -66,15 +67,19 @@ async def run_turn(
 ) -> TurnResult:
     turn = TurnResult()
     ready: list[_Ready] = []
-    for call in calls:
+    steps: list[Step] = []
+    for call in calls:  # one step per call, in call order
         outcome = _admit(call, registry, state, limits, turn)
+        step = trace.add(Step("tool", call.name, call_id=call.id, arguments=call.arguments))
         if isinstance(outcome, _Ready):
             ready.append(outcome)
-        elif outcome is not None:
+            steps.append(step)
+        elif outcome is None:  # the write now waiting: the run continued after the click traces its decision
+            step.text = AWAITING_CONFIRMATION
+        else:
             turn.results[call.id] = _cap(outcome, limits.result_chars)
-            trace.add(Step("tool", call.name, call_id=call.id, arguments=call.arguments, error=outcome))
+            step.error = outcome
     context = ToolContext(user=state.user, run_id=state.run_id, conversation_key=state.conversation_key)
-    steps = [trace.add(Step("tool", r.tool.name, call_id=r.call.id, arguments=r.call.arguments)) for r in ready]
     runs = [_execute(r, step, context, state, limits.result_chars) for r, step in zip(ready, steps, strict=True)]
     contents = await _all_within(runs, steps, ready, timeout_s)
     for item, content in zip(ready, contents, strict=True):
@@ -105,29 +110,40 @@ async def _all_within(
 def _admit(
     call: ToolCall, registry: ToolRegistry, state: RunState, limits: TurnLimits, turn: TurnResult
 ) -> _Ready | str | None:
-    """Apply the guards in order; returns a ready call, an error observation, or None (now pending)."""
+    """Apply the guards in order; returns a ready call, an error observation, or None (now pending).
+
+    Only a call that runs or becomes pending counts as made: one refused here (bad arguments, the
+    search guard, another write already waiting) may be sent again later and be judged afresh.
+    """
     try:
         tool, arguments = registry.parse(call.name, call.arguments)
-        key = f"{tool.name}:{canonical_json(arguments)}"
-        if key in state.seen_calls:
-            turn.repeats += 1
-            return _error(REPEATED_CALL.format(name=tool.name))
-        state.seen_calls.add(key)
         registry.validate(tool, arguments)
         registry.authorise(tool, state.user)
     except ToolRefusal as refusal:
         turn.denied_write = turn.denied_write or refusal.denied_write
         return _error(str(refusal))
+    key = f"{tool.name}:{canonical_json(arguments)}"
+    if key in state.seen_calls:
+        turn.repeats += 1
+        return _error(REPEATED_CALL.format(name=tool.name))
+    if (refused := _held_back(tool, limits, state, turn)) is not None:
+        return refused
+    state.seen_calls.add(key)
+    if tool.consequence == Consequence.WRITE:
+        turn.pending = ProposedWrite(call, tool, arguments)
+        return None
+    return _Ready(call, tool, arguments)
+
+
+def _held_back(tool: Tool, limits: TurnLimits, state: RunState, turn: TurnResult) -> str | None:
+    """The observation for a valid call that may not run now (search guard, a write already waiting)."""
     if tool.name == limits.search_tool:
         if state.searches >= limits.max_searches:
             return json.dumps({"results": [], "note": SEARCH_EXHAUSTED})
         state.searches += 1
-    if tool.consequence == Consequence.WRITE:
-        if turn.pending is not None:
-            return _error(ANOTHER_PENDING)
-        turn.pending = ProposedWrite(call, tool, arguments)
-        return None
-    return _Ready(call, tool, arguments)
+    if tool.consequence == Consequence.WRITE and turn.pending is not None:
+        return _error(ANOTHER_PENDING)
+    return None
 
 
 async def _execute(ready: _Ready, step: Step, context: ToolContext, state: RunState, result_chars: int) -> str:

@@ -12,7 +12,7 @@ from bot.turn import SEARCH_EXHAUSTED
 from bot.types import GIVE_UP_MESSAGE, Answer, GaveUp, TerminationReason
 from bot.wiring import open_service
 from tests.bot.helpers import ask, last_tool_results, service, settings_for
-from tests.fakes.openai_server import delay, error, text, tool_calls
+from tests.fakes.openai_server import Turn, delay, error, raw, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
 
@@ -321,3 +321,70 @@ async def test_a_tool_still_running_at_the_deadline_is_cut_off_and_recorded(tmp_
     assert reply.reason == TerminationReason.DEADLINE
     assert elapsed < 3
     assert [step.get("error") for step in row.trace if step["kind"] == "tool"] == ["timeout", "timeout"]
+
+
+def _completion(message) -> Turn:
+    """A reply body written out by hand, for shapes the turn builders cannot make."""
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    body = {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini", "choices": [choice]}
+    return raw(200, json.dumps(body), headers={"content-type": "application/json"})
+
+
+def _named(name) -> Turn:
+    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": '{"query": "receipts"}'}}
+    return Turn(message={"role": "assistant", "content": None, "tool_calls": [call]}, finish_reason="tool_calls")
+
+
+BADLY_SHAPED_TURNS = {
+    "tool name is a number": _named(123),
+    "tool name is a list": _named([SEARCH]),
+    "message is null": _completion(None),
+    "content is a number": Turn(message={"role": "assistant", "content": 5}, usage=(10, 5)),
+}
+
+
+@pytest.mark.parametrize("turn", BADLY_SHAPED_TURNS.values(), ids=BADLY_SHAPED_TURNS.keys())
+async def test_a_badly_shaped_reply_ends_the_run_with_model_error_and_a_stored_trace(
+    tmp_path, fake_openai, sample_index, turn
+):
+    fake_openai.script(turn)
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "how do receipts work?")
+        row = await svc.store.get_run(reply.run_id)
+    assert reply.reason == TerminationReason.MODEL_ERROR
+    assert isinstance(reply.outcome, GaveUp) and reply.outcome.case_id
+    assert (row.status, row.reason) == ("finished", "model_error")
+    assert "malformed reply" in row.trace[-1]["error"]
+
+
+async def test_text_parts_and_usage_as_strings_still_make_an_answer(tmp_path, fake_openai, sample_index):
+    parts = [{"type": "text", "text": "Keep every receipt."}]
+    usage = {"prompt_tokens": "900", "completion_tokens": "12"}
+    fake_openai.script(Turn(message={"role": "assistant", "content": parts}, usage=usage))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "how do receipts work?")
+    assert reply.reason == TerminationReason.ANSWERED
+    assert reply.outcome.text == "Keep every receipt."
+    assert reply.tokens > 0  # estimated: a garbled count is never a free call
+
+
+async def test_arguments_nested_past_the_parsers_limit_become_an_error_observation(tmp_path, fake_openai, sample_index):
+    deep = '{"query": ' + "[" * 3_000 + "]" * 3_000 + "}"
+    fake_openai.script(tool_calls((SEARCH, deep)), text("It is not in the policy."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "receipts?")
+    assert reply.reason == TerminationReason.ANSWERED
+    (observation,) = last_tool_results(fake_openai.requests[1])
+    assert "nested too deeply" in observation["error"]
+
+
+async def test_a_lone_surrogate_in_a_users_message_is_replaced_and_the_run_answers(tmp_path, fake_openai, sample_index):
+    fake_openai.script(text("Hello!"))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "\ud800 hello")
+        row = await svc.store.get_run(reply.run_id)
+        history = await svc.store.load_history(reply.conversation_key)
+    assert reply.reason == TerminationReason.ANSWERED
+    assert fake_openai.requests[0].messages[-1] == {"role": "user", "content": "\ufffd hello"}
+    assert row.question == "\ufffd hello" and row.reason == "answered"
+    assert history[0] == {"role": "user", "content": "\ufffd hello"}

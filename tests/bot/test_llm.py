@@ -255,3 +255,85 @@ def test_build_model_picks_the_client_with_a_key() -> None:
     model = build_model(settings)
     assert isinstance(model, OpenAIChatModel)
     assert model.name == "m-1"
+
+
+def completion_body(message: Any = None, **fields: Any) -> dict[str, Any]:
+    """A chat.completion body with one choice; ``fields`` override or add top-level fields."""
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    return {
+        "id": "chatcmpl-x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [choice],
+    } | fields
+
+
+def call_message(call: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def json_reply(body: Any):
+    return raw(200, json.dumps(body), headers={"content-type": "application/json"})
+
+
+SEARCH_CALL = {"id": "c1", "type": "function", "function": {"name": "search_policies", "arguments": "{}"}}
+BADLY_SHAPED = {
+    "tool name is a number": call_message({**SEARCH_CALL, "function": {"name": 123, "arguments": "{}"}}),
+    "tool name is a list": call_message({**SEARCH_CALL, "function": {"name": ["search_policies"], "arguments": "{}"}}),
+    "call id is a number": call_message({**SEARCH_CALL, "id": 7}),
+    "function is null": call_message({**SEARCH_CALL, "function": None}),
+    "tool call is a string": call_message("search_policies"),
+    "tool_calls is an object": {"role": "assistant", "content": None, "tool_calls": {"a": 1}},
+    "content is a number": {"role": "assistant", "content": 5},
+    "content parts are not text": {"role": "assistant", "content": [{"type": "image_url", "image_url": {}}]},
+    "message is null": None,
+}
+
+
+@pytest.mark.parametrize("message", BADLY_SHAPED.values(), ids=BADLY_SHAPED.keys())
+async def test_a_badly_shaped_reply_is_a_model_error_not_a_crash_later(fake: FakeOpenAI, message: Any) -> None:
+    fake.script(json_reply(completion_body(message)))
+
+    with pytest.raises(ModelError, match="malformed reply"):
+        await complete(model_for(fake))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [[1, 2], "a string", completion_body(choices=None), {**completion_body(), "choices": [{"index": 0}]}],
+    ids=["body is a list", "body is a string", "choices is null", "message is missing"],
+)
+async def test_a_body_that_is_not_a_completion_is_a_model_error(fake: FakeOpenAI, body: Any) -> None:
+    fake.script(json_reply(body))
+
+    with pytest.raises(ModelError, match="malformed reply"):
+        await complete(model_for(fake))
+
+
+async def test_content_sent_as_text_parts_is_joined_into_the_text(fake: FakeOpenAI) -> None:
+    parts = [{"type": "text", "text": "Keep receipts "}, {"type": "text", "text": "[Expenses › Receipts]."}]
+    fake.script(json_reply(completion_body({"role": "assistant", "content": parts})))
+
+    reply = await complete(model_for(fake))
+
+    assert reply.text == "Keep receipts [Expenses › Receipts]."
+
+
+async def test_usage_counts_that_are_not_numbers_fall_back_to_the_estimate(fake: FakeOpenAI) -> None:
+    usage = {"prompt_tokens": "1000", "completion_tokens": "5"}  # no total: the SDK keeps the strings as sent
+    fake.script(json_reply(completion_body({"role": "assistant", "content": "An answer."}, usage=usage)))
+
+    reply = await complete(model_for(fake))
+
+    assert isinstance(reply.usage.input_tokens, int) and reply.usage.input_tokens > 10
+    assert isinstance(reply.usage.output_tokens, int) and reply.usage.output_tokens > 0
+
+
+async def test_lone_surrogates_in_a_reply_become_replacement_characters(fake: FakeOpenAI) -> None:
+    fake.script(tool_calls(("search_policies", '{"query": "vpn \ud800"}'), content="Looking \udfff up"))
+
+    reply = await complete(model_for(fake))
+
+    assert reply.text == "Looking \ufffd up"
+    assert reply.tool_calls[0].arguments == '{"query": "vpn \ufffd"}'

@@ -8,11 +8,12 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import JSON, String, column, select, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bot import migrate
+from bot.db_types import UtcDateTime, utcnow
 from bot.store import Store
 from bot.tables import Base
 from tests.bot.conftest import Database
@@ -127,8 +128,43 @@ async def test_a_partial_schema_from_a_pre_release_build_is_refused_with_advice_
     engine = create_async_engine(url)
     try:
         async with engine.begin() as conn:
-            await conn.run_sync(lambda sync: Base.metadata.tables["conversations"].create(sync))
+            await conn.run_sync(lambda sync: Base.metadata.tables["thread_places"].create(sync))
     finally:
         await engine.dispose()
     with pytest.raises(migrate.DatabaseNotReady, match=r"no migration history .*Move it aside"):
         await Store.open(url)
+
+
+def _down_to(revision: str) -> Any:
+    def move(connection: Connection) -> None:
+        config = migrate.alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+    return move
+
+
+_CONVERSATIONS = table(
+    "conversations", column("key", String), column("messages", JSON), column("updated_at", UtcDateTime)
+)
+
+
+async def test_thread_history_moves_to_appended_entries_and_back(database: Database):
+    key = "slack:T1:C1:1.0"
+    before = [{"role": "user", "content": "Où est la politique VPN ?"}, {"role": "assistant", "content": "Ici."}]
+    later = [{"role": "user", "content": "Merci"}, {"role": "assistant", "content": "De rien."}]
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0002_serve"))
+        async with engine.begin() as conn:
+            await conn.execute(_CONVERSATIONS.insert().values(key=key, messages=before, updated_at=utcnow()))
+        store = await database.open()  # upgrades to head
+        upgraded = await store.load_history(key)
+        await store.append_history(key, later)
+        await _run(engine, _down_to("0002_serve"))
+        async with engine.connect() as conn:
+            folded = (await conn.execute(select(_CONVERSATIONS.c.messages))).scalars().all()
+    finally:
+        await engine.dispose()
+    assert upgraded == before
+    assert folded == [before + later]

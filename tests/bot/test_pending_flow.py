@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from datetime import timedelta
 
 import pytest
 
 from bot.db_types import utcnow
+from bot.trace_report import show_traces
 from bot.types import Answer, GaveUp, Pending, TerminationReason, UserRef
-from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, left_executing_by_a_crash, service
+from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, left_executing_by_a_crash, service, settings_for
 from tests.fakes.openai_server import text, tool_calls
 
 pytestmark = pytest.mark.asyncio
@@ -238,3 +240,110 @@ async def test_a_failing_on_result_is_logged_and_the_run_still_continues(tmp_pat
     assert decided.result["ticket_id"] == "IT-1001"
     assert decided.reply.reason == TerminationReason.ANSWERED
     assert "reporting the result to the adapter failed" in caplog.text
+
+
+async def test_a_write_held_back_in_the_same_turn_can_be_proposed_once_the_first_is_decided(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(
+        tool_calls(("create_it_ticket", TICKET), ("create_it_ticket", OTHER_TICKET)),
+        propose(OTHER_TICKET, content="Now the laptop ticket. Please confirm."),  # the one held back
+    )
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809 and my laptop is dying: tickets for both please")
+        first = reply.outcome.action
+        decided = await svc.decide(first.id, ALICE, "confirm", first.args_hash)
+    assert decided.reply.reason == TerminationReason.PENDING_CONFIRMATION
+    assert decided.reply.outcome.action.arguments == OTHER_TICKET
+    fake_openai.assert_script_consumed()
+
+
+async def test_ticket_arguments_that_are_not_valid_unicode_are_refused_as_an_observation(
+    tmp_path, fake_openai, sample_index
+):
+    broken = '{"category": "hardware", "summary": "Laptop \\ud800 broken", "urgency": "low"}'
+    fake_openai.script(tool_calls(("create_it_ticket", broken)), text("Please describe the problem again."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "laptop broken, ticket please")
+        pending = await svc.store.pending_counts()
+        row = await svc.store.get_run(reply.run_id)
+    assert reply.reason == TerminationReason.ANSWERED
+    (observation,) = last_tool_results(fake_openai.requests[1])
+    assert "not valid Unicode" in observation["error"]
+    assert pending == {} and row.reason == "answered"
+
+
+async def test_the_proposal_and_the_decided_write_are_in_the_traces(tmp_path, fake_openai, sample_index):
+    fake_openai.script(propose(), text("Done: IT-1001."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        action = reply.outcome.action
+        decided = await svc.decide(action.id, ALICE, "confirm", action.args_hash)
+        proposed = (await svc.store.get_run(reply.run_id)).trace
+        continued = (await svc.store.get_run(decided.reply.run_id)).trace
+    assert [(s["kind"], s["name"]) for s in proposed] == [("model", "gpt-4o-mini"), ("tool", "create_it_ticket")]
+    assert json.loads(proposed[1]["arguments"]) == TICKET and "waiting" in proposed[1]["text"]
+    decision = continued[0]
+    assert (decision["kind"], decision["name"], decision["decision"]) == ("decision", "create_it_ticket", "confirm")
+    assert decision["decider"] == ALICE.id and decision["latency_ms"] > 0
+    assert json.loads(decision["arguments"]) == TICKET and "IT-1001" in decision["text"]
+    assert [s["kind"] for s in continued] == ["decision", "model"]
+    shown = io.StringIO()
+    assert await show_traces(settings_for(tmp_path, fake_openai), decided.reply.run_id, out=shown) == 0
+    assert "decision   create_it_ticket" in shown.getvalue() and f"confirm by {ALICE.id}" in shown.getvalue()
+
+
+async def test_a_cancelled_write_is_traced_as_a_cancel_decision(tmp_path, fake_openai, sample_index):
+    fake_openai.script(propose(), text("OK, no ticket."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        decided = await svc.decide(reply.outcome.action.id, ALICE, "cancel", reply.outcome.action.args_hash)
+        continued = (await svc.store.get_run(decided.reply.run_id)).trace
+    assert (continued[0]["kind"], continued[0]["decision"], continued[0]["decider"]) == ("decision", "cancel", ALICE.id)
+    assert "cancelled by user" in continued[0]["text"]
+
+
+def search_then_propose():
+    """With max_steps=2 the proposal is the run's last model call: none is left after the click."""
+    return [tool_calls(("search_policies", {"query": "vpn error NG-809"})), propose()]
+
+
+async def test_confirming_on_the_last_step_tells_the_user_the_ticket_exists_without_a_case(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(*search_then_propose())
+    async with service(tmp_path, fake_openai, sample_index, max_steps=2) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
+        cases = await svc.store.list_handoffs()
+        continued = (await svc.store.get_run(decided.reply.run_id)).trace
+        history = await svc.store.load_history(reply.conversation_key)
+    assert decided.reply.reason == TerminationReason.ANSWERED
+    assert isinstance(decided.reply.outcome, Answer) and "IT-1001" in decided.reply.outcome.text
+    assert cases == [] and len(fake_openai.requests) == 2  # no extra model call was granted
+    assert continued[-1]["kind"] == "answer" and continued[-1]["stop_reason"] == "step_budget"
+    assert history[-1] == {"role": "assistant", "content": decided.reply.outcome.text}
+
+
+async def test_cancelling_on_the_last_step_says_no_ticket_was_raised(tmp_path, fake_openai, sample_index):
+    fake_openai.script(*search_then_propose())
+    async with service(tmp_path, fake_openai, sample_index, max_steps=2) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        decided = await svc.decide(reply.outcome.action.id, ALICE, "cancel", reply.outcome.action.args_hash)
+        cases = await svc.store.list_handoffs()
+    assert decided.reply.reason == TerminationReason.ANSWERED
+    assert "did not raise a ticket" in decided.reply.outcome.text
+    assert cases == []
+
+
+async def test_a_failed_write_on_the_last_step_gives_the_error_and_its_one_case(tmp_path, fake_openai, sample_index):
+    unreachable = {"tickets": "webhook", "tickets_webhook_url": "http://127.0.0.1:9/tickets", "tickets_attempts": 1}
+    fake_openai.script(*search_then_propose())
+    async with service(tmp_path, fake_openai, sample_index, max_steps=2, **unreachable) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
+        cases = await svc.store.list_handoffs()
+    assert decided.reply.reason == TerminationReason.ANSWERED
+    text = decided.reply.outcome.text
+    assert "could not reach the ticket webhook" in text and decided.case.case_id in text
+    assert [case.reason for case in cases] == ["ticket_failed"]  # the failure's case, and no give-up case

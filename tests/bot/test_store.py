@@ -39,7 +39,7 @@ async def test_prune_events_forgets_old_ids(store: Store) -> None:
     assert await store.claim_event("Ev-old") is True
 
 
-async def test_history_round_trips_and_is_replaced(store: Store) -> None:
+async def test_history_appends_in_order_per_thread(store: Store) -> None:
     assert await store.load_history("slack:T1:C1:1.0") == []
     first = [
         {"role": "user", "content": "Où est la politique VPN ?"},
@@ -52,11 +52,10 @@ async def test_history_round_trips_and_is_replaced(store: Store) -> None:
         },
         {"role": "tool", "tool_call_id": "c1", "content": "[]"},
     ]
-    await store.save_history("slack:T1:C1:1.0", first)
+    await store.append_history("slack:T1:C1:1.0", first)
     assert await store.load_history("slack:T1:C1:1.0") == first
-    second = [*first, {"role": "assistant", "content": "Voici."}]
-    await store.save_history("slack:T1:C1:1.0", second)
-    assert await store.load_history("slack:T1:C1:1.0") == second
+    await store.append_history("slack:T1:C1:1.0", [{"role": "assistant", "content": "Voici."}])
+    assert await store.load_history("slack:T1:C1:1.0") == [*first, {"role": "assistant", "content": "Voici."}]
     assert await store.load_history("slack:T1:C1:2.0") == []
 
 
@@ -128,7 +127,7 @@ async def test_running_runs_lists_unfinished_runs_by_owner(store: Store) -> None
 
 
 async def test_data_survives_reopening_the_database(store: Store, database: Database) -> None:
-    await store.save_history("k", [{"role": "user", "content": "hi"}])
+    await store.append_history("k", [{"role": "user", "content": "hi"}])
     await store.close()
     reopened = await database.open()
     assert await reopened.load_history("k") == [{"role": "user", "content": "hi"}]

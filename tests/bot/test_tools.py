@@ -65,3 +65,18 @@ def test_schemas_are_in_chat_completions_function_format():
     assert schema["type"] == "function"
     assert schema["function"]["name"] == "count"
     assert schema["function"]["parameters"]["required"] == ["n"]
+
+
+def test_arguments_nested_past_the_parsers_limit_are_refused_not_raised():
+    deep = '{"n": ' + "[" * 3_000 + "]" * 3_000 + "}"
+    with pytest.raises(ToolRefusal, match="nested too deeply"):
+        _registry().parse("count", deep)
+
+
+def test_arguments_with_a_lone_surrogate_are_refused_at_validation():
+    registry = _registry()
+    tool, args = registry.parse("write_it", '{"summary": "Laptop \\ud800 broken"}')
+    with pytest.raises(ToolRefusal, match="not valid Unicode"):
+        registry.validate(tool, args)
+    tool, args = registry.parse("write_it", '{"summary": "Laptop \\ud83d\\ude00 broken"}')  # a pair is fine
+    registry.validate(tool, args)
