@@ -8,8 +8,9 @@ Errors come in two families (see STYLE.md):
 - things that end the run carry a ``TerminationReason``: ``answered``, ``pending_confirmation``,
   ``step_budget``, ``token_budget``, ``deadline``, ``cost_budget``, ``no_progress`` (two turns made
   only of repeats), ``policy_denied`` (a refused write), ``model_error`` (after the client's retries),
-  ``cancelled``. Every ending except an answer or a pending action is a ``GaveUp`` with the honest
-  message: the loop never returns a half-finished guess.
+  ``cancelled``, ``internal_error`` (a bug of ours: logged with its traceback, and the user still gets
+  the honest message and a helpdesk case instead of silence). Every ending except an answer or a
+  pending action is a ``GaveUp`` with the honest message: the loop never returns a half-finished guess.
 """
 
 from __future__ import annotations
@@ -99,10 +100,23 @@ async def run_agent(
     budgets are not stretched by one call, and a ticket that was created is not reported as a
     give-up with a helpdesk case. An "answer" step in the trace records which budget ran out.
     """
-    budget = Budget(deps.budgets, deps.price, state.spent)
     trace = RunTrace(state.run_id)
     if decided is not None:
         trace.add(decided.step)
+    try:
+        return await _loop(deps, state, trace, cancel, decided)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a bug must still end the run with a reason, a trace and a reply
+        log.exception("run %s: unexpected error in the agent loop", state.run_id)
+        trace.add(Step("error", type(exc).__name__, error=str(exc)[:500]))
+        return _give_up(state, trace, TerminationReason.INTERNAL_ERROR)
+
+
+async def _loop(
+    deps: AgentDeps, state: RunState, trace: RunTrace, cancel: asyncio.Event | None, decided: DecidedWrite | None
+) -> RunResult:
+    budget = Budget(deps.budgets, deps.price, state.spent)
     tools = deps.tools.schemas()
     meter, tool_tokens = HistoryMeter(), estimate_tokens([], tools)
     while True:

@@ -20,6 +20,7 @@ _REASON_LABELS = {
     "policy_denied": "asked for something only the helpdesk can do",
     "model_error": "the model failed",
     "cancelled": "the run was cancelled",
+    "internal_error": "PolicyPal hit an internal error (its log has the traceback)",
     USER_REQUEST: "the user asked for a human",
     TICKET_FAILED: "the ticket system refused a confirmed ticket",
     ACTION_UNKNOWN: "a confirmed action was interrupted; check whether it happened",

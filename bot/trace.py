@@ -11,7 +11,7 @@ from bot.types import TerminationReason
 
 @dataclass
 class Step:
-    kind: str  # "model" | "tool" | "compaction" | "decision" | "answer" (written without a model call)
+    kind: str  # "model" | "tool" | "compaction" | "decision" | "answer" (written without a model call) | "error"
     name: str
     latency_ms: float = 0.0
     input_tokens: int = 0

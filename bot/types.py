@@ -30,6 +30,7 @@ class TerminationReason(StrEnum):
     POLICY_DENIED = "policy_denied"
     MODEL_ERROR = "model_error"
     CANCELLED = "cancelled"
+    INTERNAL_ERROR = "internal_error"
 
 
 @dataclass(frozen=True)

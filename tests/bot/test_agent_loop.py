@@ -388,3 +388,21 @@ async def test_a_lone_surrogate_in_a_users_message_is_replaced_and_the_run_answe
     assert fake_openai.requests[0].messages[-1] == {"role": "user", "content": "\ufffd hello"}
     assert row.question == "\ufffd hello" and row.reason == "answered"
     assert history[0] == {"role": "user", "content": "\ufffd hello"}
+
+
+async def test_a_bug_inside_the_loop_still_ends_the_run_with_a_reason_a_trace_and_a_case(
+    tmp_path, fake_openai, sample_index, monkeypatch, caplog
+):
+    async def broken_turn(*args, **kwargs):  # stands in for any bug of ours between two model calls
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("bot.agent.run_turn", broken_turn)
+    fake_openai.script(tool_calls((SEARCH, '{"query": "receipts"}')))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "how do receipts work?")
+        row = await svc.store.get_run(reply.run_id)
+    assert reply.reason == TerminationReason.INTERNAL_ERROR
+    assert isinstance(reply.outcome, GaveUp) and reply.outcome.case_id
+    assert (row.status, row.reason) == ("finished", "internal_error")
+    assert row.trace[-1]["kind"] == "error" and row.trace[-1]["error"] == "boom"
+    assert "unexpected error in the agent loop" in caplog.text and "RuntimeError: boom" in caplog.text
