@@ -95,10 +95,10 @@ async def run_agent(
     """Drive one run to its end; a pending write stops it with the write frozen in the result.
 
     ``decided``: the run continues after a Confirm or Cancel click. If its budgets leave no model
-    call at all (say the write was proposed on the last step), the reply is written from the call's
-    result (the ticket and its link, the cancel, or the error) and the run ends ``answered``: the
-    budgets are not stretched by one call, and a ticket that was created is not reported as a
-    give-up with a helpdesk case. An "answer" step in the trace records which budget ran out.
+    call at all (say the write was proposed on the last step), or that first call fails, the reply
+    is written from the call's result (the ticket and its link, the cancel, or the error) and the run
+    ends ``answered``: the budgets are not stretched by one call, and a ticket that was created is not
+    reported as a give-up with a helpdesk case. An "answer" step in the trace records what stopped it.
     """
     trace = RunTrace(state.run_id)
     if decided is not None:
@@ -129,8 +129,11 @@ async def _loop(
             if decided is not None and trace.model_steps == 0:
                 return _answer_from_result(state, trace, decided, allowance)
             return _give_up(state, trace, allowance)
+        first_after_decision = decided is not None and trace.model_steps == 0
         reply = await _call_model(deps, state, tools, allowance, budget, trace, cancel)
         if isinstance(reply, TerminationReason):
+            if first_after_decision and reply is not TerminationReason.CANCELLED:
+                return _answer_from_result(state, trace, decided, reply)  # the ticket exists: say so
             return _give_up(state, trace, reply)
         state.messages.append(reply.as_message())
         if not reply.tool_calls:

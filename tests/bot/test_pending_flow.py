@@ -13,7 +13,7 @@ from bot.db_types import utcnow
 from bot.trace_report import show_traces
 from bot.types import Answer, GaveUp, Pending, TerminationReason, UserRef
 from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, left_executing_by_a_crash, service, settings_for
-from tests.fakes.openai_server import text, tool_calls
+from tests.fakes.openai_server import error, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
 
@@ -323,6 +323,21 @@ async def test_confirming_on_the_last_step_tells_the_user_the_ticket_exists_with
     assert cases == [] and len(fake_openai.requests) == 2  # no extra model call was granted
     assert continued[-1]["kind"] == "answer" and continued[-1]["stop_reason"] == "step_budget"
     assert history[-1] == {"role": "assistant", "content": decided.reply.outcome.text}
+
+
+async def test_a_model_failure_after_the_confirm_still_tells_the_user_the_ticket_exists(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(*search_then_propose(), error(401, "Incorrect API key provided"))  # 401: no SDK retry
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
+        cases = await svc.store.list_handoffs()
+        continued = (await svc.store.get_run(decided.reply.run_id)).trace
+    assert decided.reply.reason == TerminationReason.ANSWERED
+    assert isinstance(decided.reply.outcome, Answer) and "IT-1001" in decided.reply.outcome.text
+    assert cases == []
+    assert continued[-1]["kind"] == "answer" and continued[-1]["stop_reason"] == "model_error"
 
 
 async def test_cancelling_on_the_last_step_says_no_ticket_was_raised(tmp_path, fake_openai, sample_index):
