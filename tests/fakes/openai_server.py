@@ -310,7 +310,9 @@ def _usage(spec: UsageSpec, body: dict[str, Any], message: dict[str, Any]) -> di
         return dict(spec)
     else:
         sent = json.dumps([body.get("messages", []), body.get("tools", [])])
-        said = (message.get("content") or "") + json.dumps(message.get("tool_calls") or "")
+        content = message.get("content") or ""
+        said = content if isinstance(content, str) else json.dumps(content)
+        said += json.dumps(message.get("tool_calls") or "")
         prompt, completion = math.ceil(len(sent) / 4), math.ceil(len(said) / 4)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
