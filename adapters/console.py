@@ -7,17 +7,21 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Literal, TextIO
 
 from adapters.helpdesk_destinations import destinations
 from bot.config import Settings
+from bot.db_types import utcnow
 from bot.handoff import case_number
 from bot.outbox import DeliveryResult
 from bot.service import DecisionReply, PolicyPal, Reply
+from bot.sweeper import SweepPolicy
 from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
 from bot.wiring import SAMPLE_POLICIES, open_service
 
 Decide = Literal["confirm", "cancel"] | None
+SERVER_ALIVE = timedelta(seconds=SweepPolicy().stale_after_s)  # a fresher heartbeat: a server sweeps
 DELIVERY_WAIT_S = 10.0  # the terminal waits this long for the helpdesk; failures stay in the outbox
 
 
@@ -214,6 +218,7 @@ async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: st
     ensure_sample_index(settings)
     service = await open_service(settings, destinations=destinations(settings))
     try:
+        await recover_unless_served(service)
         if args.command == "ask":
             choice: Decide = "confirm" if args.yes else "cancel" if args.no else None
             return await ask(service, args.question, user, answer_pending=choice, as_json=args.json)
@@ -222,6 +227,21 @@ async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: st
         return await decide_by_id(service, args.pending_id, user, args.decision)
     finally:
         await service.close()
+
+
+async def recover_unless_served(service: PolicyPal, out: TextIO = sys.stderr) -> int:
+    """Mark actions a dead process left executing as unknown, and say so, when no server is alive.
+
+    A live server's sweeper recovers them and tells each requester in their own chat; a terminal
+    that did it instead would leave a Slack or Teams user uninformed. Returns how many it recovered.
+    """
+    now = utcnow()
+    if any(now - beat < SERVER_ALIVE for beat in (await service.store.heartbeats()).values()):
+        return 0
+    recovered = await service.recover()
+    for record, case in recovered:
+        out.write(f"Pending action {record.id} ({record.tool}) was interrupted: {case.user_reply()}\n")
+    return len(recovered)
 
 
 async def decide_by_id(

@@ -117,12 +117,12 @@ class PolicyPal:
         history = await self.store.load_history(inbound.conversation_key)
         if not history:
             await self.store.remember_place(_place(inbound))
+        if self.admission is not None and not await self.admission.users.allow(_user_key(inbound)):
+            return self._refuse(inbound, "rate_limited", self.admission.users.refusal())  # cases count too
         if asks_for_human(inbound.text):
             return await self._hand_over(inbound)
         if self.admission is None:
             return await self._start(inbound, history, cancel)
-        if not await self.admission.users.allow(_user_key(inbound)):
-            return self._refuse(inbound, "rate_limited", self.admission.users.refusal())
         async with self.admission.slots.slot() as admitted:
             if not admitted:
                 return self._refuse(inbound, "busy", BUSY_TEXT)

@@ -115,7 +115,8 @@ async def open_service(
         admission=admission_for(settings, store) if serving else None,
         metrics=metrics,
     )
-    await service.recover()
+    # No recovery here: whoever recovers an interrupted action must tell its requester, which only
+    # the server's sweeper (every platform) or the terminal (no server alive) can do.
     return service
 
 

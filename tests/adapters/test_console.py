@@ -9,12 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from adapters.console import ask, chat, outcome_json
+from adapters.console import ask, chat, outcome_json, recover_unless_served
 from bot.config import Settings
+from bot.db_types import utcnow
 from bot.llm import build_model
 from bot.offline_model import OfflineModel
 from bot.wiring import open_service
-from tests.bot.helpers import ALICE
+from tests.bot.helpers import ALICE, left_executing_by_a_crash
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,3 +129,22 @@ def test_the_readme_main_job_runs_offline_on_a_fresh_data_directory(tmp_path):
     assert json.loads(traces.stdout)[0]["id"] == data["run_id"]
     shown = subprocess.run([*cli, "traces", data["run_id"]], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert "search_policies" in shown.stdout and "reason: answered" in shown.stdout
+
+
+
+async def test_the_terminal_recovers_an_interrupted_action_only_when_no_server_is_alive(tmp_path, sample_index):
+    svc = await offline_service(tmp_path, sample_index)
+    try:
+        action = await left_executing_by_a_crash(svc, "My laptop was stolen from my car this morning")
+        await svc.store.heartbeat("server-on-another-host", utcnow())
+        served, out = await recover_unless_served(svc, io.StringIO()), io.StringIO()
+        untouched = (await svc.pending.get(action.id)).state
+        await svc.store.forget_worker("server-on-another-host")
+        recovered = await recover_unless_served(svc, out)
+        record = await svc.pending.get(action.id)
+    finally:
+        await svc.close()
+    assert (served, untouched) == (0, "executing")  # a live server's sweeper tells the requester in their chat
+    assert recovered == 1 and record.state == "unknown"
+    assert out.getvalue().startswith(f"Pending action {action.id} (create_it_ticket) was interrupted: ")
+    assert "HD-1001" in out.getvalue()

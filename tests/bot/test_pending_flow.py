@@ -205,6 +205,7 @@ async def test_an_action_left_executing_by_a_dead_process_is_marked_unknown_not_
     async with service(tmp_path, fake_openai, sample_index) as svc:
         action = await left_executing_by_a_crash(svc)
     async with service(tmp_path, fake_openai, sample_index) as restarted:
+        await restarted.recover()  # what the server's sweeper (or the terminal) does after a restart
         record = await restarted.pending.get(action.id)
         decided = await restarted.decide(action.id, ALICE, "confirm", action.args_hash)
         assert await restarted.store.count_tickets() == 0

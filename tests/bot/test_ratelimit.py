@@ -79,6 +79,15 @@ async def test_a_user_over_the_limit_gets_a_polite_reply_and_no_run(tmp_path, fa
     assert 'policypal_refused_messages_total{platform="console",reason="rate_limited"} 1.0' in text_metrics
 
 
+async def test_asking_for_a_human_counts_towards_the_limit_too(tmp_path, fake_openai):
+    async with service(tmp_path, fake_openai, NoPassages()) as svc:
+        svc.admission = Admission(UserRateLimit(svc.store, 2), RunSlots(4))
+        replies = [await ask(svc, "I want to talk to a human", thread=f"t{n}") for n in range(4)]
+        cases = await svc.store.list_handoffs()
+    assert [r.refused for r in replies] == [None, None, "rate_limited", "rate_limited"]
+    assert len(cases) == 2  # each case goes to every helpdesk destination: no flooding them
+
+
 async def test_when_every_run_slot_is_taken_the_next_person_hears_so(tmp_path, fake_openai):
     fake_openai.script(delay(1.0, text("Slow answer.")))
     async with service(tmp_path, fake_openai, NoPassages()) as svc:

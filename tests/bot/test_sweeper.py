@@ -20,13 +20,14 @@ from bot.store import Store
 from bot.sweeper import Sweeper
 from bot.types import GaveUp, TerminationReason
 from tests.bot.conftest import Database
-from tests.bot.helpers import ask, eventually, service
-from tests.fakes.openai_server import delay, text
+from tests.bot.helpers import ask, eventually, left_executing_by_a_crash, service
+from tests.fakes.openai_server import delay, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
 
 KEY = "slack:T1:C1:1700000000.000100"
 PLACE = Place(KEY, "slack", "T1", "C1", "1700000000.000100", None)
+TICKET = {"category": "network_vpn", "summary": "VPN fails with NG-809", "urgency": "high"}
 
 
 class NoPassages:
@@ -163,3 +164,20 @@ async def test_shutdown_lets_quick_runs_finish_and_slow_ones_give_up_with_a_case
     assert slow_reply.reason == TerminationReason.CANCELLED and isinstance(slow_reply.outcome, GaveUp)
     assert slow_reply.outcome.case_id == "HD-1001" and case.run_id == slow_reply.run_id
     assert "stopped before it finished" in slow_reply.outcome.text
+
+
+async def test_an_action_cut_off_by_a_crash_is_told_to_its_requester_after_a_restart(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(tool_calls(("create_it_ticket", TICKET), content="Shall I raise this ticket?"))
+    async with service(tmp_path, fake_openai, sample_index) as crashed:
+        action = await left_executing_by_a_crash(crashed)
+    notifier = RecordingNotifier()
+    async with service(tmp_path, fake_openai, sample_index) as restarted:  # opening it recovers nothing
+        notifiers = Notifiers(restarted.store)
+        notifiers.register("console", notifier)
+        report = await Sweeper(restarted, notifiers).sweep_once()
+        record = await restarted.pending.get(action.id)
+    assert report.unknown_actions == [action.id] and record.state == "unknown"
+    ((place, notice),) = notifier.notices
+    assert place.key == record.conversation_key and notice.case_id == "HD-1001"
