@@ -4,6 +4,10 @@ The bot posts proactively through the Bot Framework connector, with the same cre
 adapter, to ``POLICYPAL_HELPDESK_TEAMS_SERVICE_URL`` + ``POLICYPAL_HELPDESK_TEAMS_CONVERSATION_ID``
 (the channel's conversation id, which the bot must be installed in). A failed post raises, so the
 handoff can record the failure and try elsewhere.
+
+A delivery is two posts: the summary card, then the transcript in the card's reply chain. The
+card's id is saved on the outbox row as soon as it is posted, so a retry (in this process or any
+other) posts only the transcript, never a second card for the same case.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 from adapters import teams_cards as cards
 from bot.config import ConfigError, Settings
+from bot.outbox import Delivery
 
 CHANNEL_ID = "msteams"
 TRANSCRIPT_CHARS = 20_000  # Teams refuses messages of about 28 KB; leave room for markup
@@ -46,11 +51,25 @@ class TeamsChannelDestination:
 
     async def deliver(self, case: Any) -> str | None:
         """Post the case summary, then the full transcript in its reply chain; raises when refused."""
-        activity = cards.message(summary_text(case), summary_card(case))
-        posted = await self._connector.send(self._reference, activity)
-        if posted:
-            await self._connector.send(self._thread(posted), cards.message(transcript_text(case)))
-        return posted or None
+        return await self._transcript(case, await self._summary(case))
+
+    async def deliver_tracked(self, case: Any, delivery: Delivery) -> str | None:
+        """Post what earlier attempts did not: the card unless its id was saved, then the transcript."""
+        root = delivery.progress
+        if not root:
+            root = await self._summary(case)
+            if root:
+                await delivery.save(root)  # before the transcript: a retry must not post the card again
+        return await self._transcript(case, root)
+
+    async def _summary(self, case: Any) -> str:
+        posted = await self._connector.send(self._reference, cards.message(summary_text(case), summary_card(case)))
+        return str(posted or "")
+
+    async def _transcript(self, case: Any, root: str) -> str | None:
+        if root:
+            await self._connector.send(self._thread(root), cards.message(transcript_text(case)))
+        return root or None
 
     def _thread(self, root_id: str) -> dict[str, Any]:
         """The summary's reply chain: a channel thread is addressed as ``<channel>;messageid=<root>``."""

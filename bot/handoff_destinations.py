@@ -11,19 +11,26 @@ import asyncio
 import json
 import smtplib
 import ssl
+import uuid
 from collections.abc import Sequence
 from email.message import EmailMessage
 from email.utils import formatdate
 
 from bot.handoff import HandoffCase, reason_label
 from bot.http_json import HttpPolicy, JsonHttp, json_bytes, signed_headers
+from bot.outbox import Delivery
 from bot.ticket_backends import webhook_error
 
 SMTPS_PORT = 465
 
 
 class WebhookDestination:
-    """POSTs ``{"type": "policypal.handoff", "case": ..., "markdown": ...}``, HMAC-signed."""
+    """POSTs ``{"type": "policypal.handoff", "idempotency_key": ..., "case": ..., "markdown": ...}``, HMAC-signed.
+
+    The ``Idempotency-Key`` is the outbox row's random key, the same on every retry of one delivery.
+    Never the case id: HD-1001 comes back after a restore, from a second database or after a move to
+    PostgreSQL, and a receiver deduping on it would drop a new case as a repeat.
+    """
 
     name = "webhook"
 
@@ -33,8 +40,17 @@ class WebhookDestination:
         self._http = JsonHttp("the helpdesk webhook", HttpPolicy(timeout_s=timeout_s, attempts=1))
 
     async def deliver(self, case: HandoffCase) -> str | None:
-        raw = json_bytes({"type": "policypal.handoff", "case": case.to_json(), "markdown": case.to_markdown()})
-        headers = {"Idempotency-Key": case.case_id, **signed_headers(self._secret, raw)}
+        """A one-off send outside the outbox: a fresh key, so the receiver never takes it for another case."""
+        return await self._post(case, str(uuid.uuid4()))
+
+    async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None:
+        """The outbox's send: the row's stored key, so the receiver can recognise a retry."""
+        return await self._post(case, delivery.key)
+
+    async def _post(self, case: HandoffCase, key: str) -> str | None:
+        body = {"type": "policypal.handoff", "idempotency_key": key, "case": case.to_json()}
+        raw = json_bytes({**body, "markdown": case.to_markdown()})
+        headers = {"Idempotency-Key": key, **signed_headers(self._secret, raw)}
         response = await self._http.send("POST", self._url, data=raw, headers=headers, error_text=webhook_error)
         body = response.body
         return str(body["id"]) if isinstance(body, dict) and body.get("id") else f"HTTP {response.status}"

@@ -9,8 +9,12 @@ an exponential backoff; after ``max_attempts`` it becomes ``failed``, which ``po
 What "once" means: a delivery is never attempted by two live workers at once and never again after
 it succeeded. A worker that dies mid-delivery (after the remote side acted, before the row was
 updated) leaves a claim that another worker takes over after ``stale_after_s``; that is the one case
-where a destination can see a case twice, which is why deliveries carry the case id as their
-idempotency key (webhook header, email Message-ID).
+where a destination can see a case twice, which is why each row carries a random idempotency key,
+written with it and sent on every attempt (the webhook's ``Idempotency-Key``). Not the case id: that
+is a per-database sequence, and a restored or second database reuses HD-1001 for another case.
+
+A destination that posts in steps (a Teams card, then its transcript) saves its progress on the row
+(``Delivery.save``, kept in ``external_ref``), so the next attempt, in any process, resumes there.
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from bot.db_types import utcnow
 from bot.handoff import Destination, HandoffCase, case_id_for, case_number
@@ -52,6 +56,26 @@ class OutboxPolicy:
     def delay(self, attempt: int) -> timedelta:
         """Wait before attempt ``attempt + 1``: doubling from ``backoff_s`` up to ``max_backoff_s``."""
         return timedelta(seconds=min(self.backoff_s * 2 ** max(attempt - 1, 0), self.max_backoff_s))
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One claimed outbox row as its destination sees it: a stable key, and what earlier attempts saved."""
+
+    key: str  # random, stored with the row: the same on every retry, never another case's
+    progress: str | None  # what an earlier attempt saved with ``save``; None on a fresh start
+    save: Callable[[str], Awaitable[None]]  # stores progress before the next step; raises if the claim was lost
+
+
+@runtime_checkable
+class TrackedDestination(Protocol):
+    """A destination that needs its outbox row; the outbox calls ``deliver_tracked`` instead of ``deliver``."""
+
+    async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None: ...
+
+
+class ClaimLost(RuntimeError):
+    """Another worker took this delivery over (ours was presumed dead): stop, it carries on."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +174,7 @@ class Outbox:
         case = HandoffCase.from_record(record)
         try:
             async with asyncio.timeout(timeout):
-                ref = await self._destinations[row.destination].deliver(case)
+                ref = await self._deliver(row, attempt, case)
         except asyncio.CancelledError:
             await asyncio.shield(self._failed(row, attempt, "interrupted by shutdown", final=False))
             raise
@@ -162,6 +186,22 @@ class Outbox:
         if not settled:
             log.warning("handoff %s to %s delivered after its claim was taken over", case.case_id, row.destination)
         return DeliveryResult(case.case_id, row.destination, "delivered", ref or "")
+
+    async def _deliver(self, row: DeliveryRecord, attempt: int, case: HandoffCase) -> str | None:
+        destination = self._destinations[row.destination]
+        if not isinstance(destination, TrackedDestination):
+            return await destination.deliver(case)
+        claimed = await self._claimed(row)  # progress as of our claim, not as of the due-list read
+
+        async def save(progress: str) -> None:
+            if not await self._store.settle_delivery(row.id, self._owner, attempt, "sending", external_ref=progress):
+                raise ClaimLost(f"delivery {row.id} was taken over by another worker")
+
+        return await destination.deliver_tracked(case, Delivery(claimed.idempotency_key, claimed.external_ref, save))
+
+    async def _claimed(self, row: DeliveryRecord) -> DeliveryRecord:
+        rows = await self._store.deliveries([row.case_number])
+        return next((r for r in rows if r.id == row.id), row)
 
     async def _failed(self, row: DeliveryRecord, attempt: int, error: str, *, final: bool) -> DeliveryResult:
         error = bounded(self._redactor.text(error), ERROR_CHARS)

@@ -128,9 +128,10 @@ class DeliveryRecord:
     claimed_by: str | None
     claimed_at: datetime | None
     last_error: str | None
-    external_ref: str | None
+    external_ref: str | None  # once delivered, the destination's id; before, what a partial attempt saved
     delivered_at: datetime | None
     created_at: datetime
+    idempotency_key: str  # random per row, the same on every attempt
 
 
 def to_run_row(row: Any) -> RunRow:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -587,4 +588,5 @@ def _new_delivery(case_number: int, destination: str, now: datetime) -> dict[str
         "attempts": 0,
         "next_attempt_at": now,
         "created_at": now,
+        "idempotency_key": str(uuid.uuid4()),  # once, here: every retry sends the same key
     }

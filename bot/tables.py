@@ -193,6 +193,9 @@ class HandoffDelivery(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(255))
     claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     last_error: Mapped[str | None] = mapped_column(Text)
-    external_ref: Mapped[str | None] = mapped_column(Text)
+    external_ref: Mapped[str | None] = mapped_column(Text)  # the destination's id; mid-delivery, its progress
     delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Random, written with the row and sent on every attempt: case ids repeat across databases
+    # (a restore, staging and prod, a move to PostgreSQL), so a receiver cannot dedupe on them.
+    idempotency_key: Mapped[str] = mapped_column(String(64))

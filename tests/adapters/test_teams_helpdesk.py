@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import unquote
+
 import pytest
+from aiohttp import web
 from msrest.exceptions import HttpOperationError
 
 from adapters.teams_helpdesk import TeamsChannelDestination, teams_destination
 from bot.config import ConfigError, Settings
 from bot.db_types import utcnow
-from bot.handoff import HandoffCase
+from bot.handoff import HandoffCase, Helpdesk
+from bot.outbox import Outbox, OutboxPolicy
+from bot.store import Store
 from bot.types import UserRef
 from tests.fakes.bot_connector import FakeBotConnector
 
 HELPDESK_CHANNEL = "19:helpdesk@thread.tacv2"
+RETRY_SOON = OutboxPolicy(max_attempts=3, backoff_s=30, deliver_timeout_s=5.0)
 
 
 CASE = HandoffCase(
@@ -81,3 +89,71 @@ async def test_without_teams_credentials_the_destination_cannot_be_built():
     async with FakeBotConnector() as channel:
         with pytest.raises(ConfigError, match="MicrosoftAppId"):
             TeamsChannelDestination(settings_for(channel, teams_allow_unauthenticated=False))
+
+
+# --- retries through the outbox: the card once, the transcript until it lands -------------------
+
+
+@dataclass
+class ThreadRefusingConnector(FakeBotConnector):
+    """Teams answering 503 to the first ``refusals`` posts in a reply chain (the transcript)."""
+
+    refusals: int = 0
+
+    async def _send(self, request: web.Request) -> web.Response:
+        if ";messageid=" in unquote(request.match_info["conversation"]) and self.refusals:
+            self.refusals -= 1
+            return web.json_response({"error": {"code": "ServiceUnavailable", "message": "busy"}}, status=503)
+        return await super()._send(request)
+
+
+def later(seconds: float):  # a clock that has moved on, for backoff without sleeping
+    return lambda: utcnow() + timedelta(seconds=seconds)
+
+
+async def queued_case(tmp_path) -> str:
+    """A database file holding one case with an outbox row for the Teams destination."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'outbox.db'}"
+    store = await Store.open(url)
+    await Helpdesk(store, ["teams"]).open_case(
+        origin="run:r1", reason="step_budget", user=CASE.user, conversation_key="teams:T:19:x", question="MFA?"
+    )
+    await store.close()
+    return url
+
+
+async def attempt(url: str, channel: FakeBotConnector, after_s: float = 0.0) -> str:
+    """One outbox pass in a fresh process: its own store and destination, nothing carried in memory."""
+    store = await Store.open(url)
+    destination = TeamsChannelDestination(settings_for(channel))
+    try:
+        (result,) = await Outbox(store, [destination], RETRY_SOON, clock=later(after_s)).run_once()
+    finally:
+        await store.close()
+    return result.status
+
+
+async def test_a_transcript_refused_once_is_retried_without_a_second_card(tmp_path):
+    url = await queued_case(tmp_path)
+    async with ThreadRefusingConnector(refusals=1) as channel:
+        first = await attempt(url, channel)
+        second = await attempt(url, channel, after_s=31)  # another process: only the row remembers
+    cards = channel.messages(HELPDESK_CHANNEL)
+    assert (first, second) == ("retrying", "delivered")
+    assert len(cards) == 1
+    (transcript,) = channel.messages(f"{HELPDESK_CHANNEL};messageid={cards[0].id}")
+    assert "HD-1001" in transcript.text
+
+
+async def test_a_transcript_refused_every_time_leaves_one_card_and_a_manual_retry_completes_it(tmp_path):
+    url = await queued_case(tmp_path)
+    async with ThreadRefusingConnector(refusals=RETRY_SOON.max_attempts) as channel:
+        statuses = [await attempt(url, channel, after_s=n * 3600) for n in range(RETRY_SOON.max_attempts)]
+        store = await Store.open(url)
+        await Outbox(store, []).retry_failed()  # `policypal handoffs --retry`
+        await store.close()
+        retried = await attempt(url, channel, after_s=RETRY_SOON.max_attempts * 3600)
+    cards = channel.messages(HELPDESK_CHANNEL)
+    assert statuses == ["retrying", "retrying", "failed"] and retried == "delivered"
+    assert len(cards) == 1
+    assert len(channel.messages(f"{HELPDESK_CHANNEL};messageid={cards[0].id}")) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,6 +19,8 @@ from bot.store import Store
 from bot.types import UserRef
 from tests.fakes.helpdesk_servers import FakeSMTP, FakeWebhook, stall, status
 from tests.fakes.slack_api import FakeSlackAPI
+
+from .conftest import Database
 
 ALICE = UserRef("U_ALICE", "Alice", "alice@example.com")
 LINK = "https://acme.slack.com/archives/C0GENERAL/p1711000000000100"
@@ -53,17 +56,17 @@ async def queued(tmp_path, destination_name: str) -> Store:
 # --- webhook ------------------------------------------------------------------------------------
 
 
-async def test_webhook_posts_the_case_signed_with_its_id_as_idempotency_key():
+async def test_webhook_posts_the_case_signed():
     async with FakeWebhook() as hook:
         destination = WebhookDestination(f"{hook.url}/handoffs", hook.secret)
         ref = await destination.deliver(CASE)
         await destination.aclose()
     (sent,) = hook.requests
     assert (sent.method, sent.path, ref) == ("POST", "/handoffs", "WH-1")
-    assert sent.headers["idempotency-key"] == "HD-1001"
     assert sent.headers[SIGNATURE_HEADER.lower()].startswith("sha256=")
     body = sent.json
     assert body["type"] == "policypal.handoff"
+    assert body["idempotency_key"] == sent.headers["idempotency-key"] != "HD-1001"
     assert body["case"]["case_id"] == "HD-1001" and body["case"]["link"] == LINK
     assert body["case"]["user"] == {"id": "U_ALICE", "name": "Alice", "email": "alice@example.com"}
     assert body["markdown"].startswith("# HD-1001: ran out of steps")
@@ -93,6 +96,41 @@ async def test_webhook_5xx_then_success_through_the_outbox(tmp_path):
     await store.close()
     assert first.status == "retrying" and "server error (503): Service Unavailable" in first.detail
     assert second.status == "delivered" and len(hook.accepted) == 1
+
+
+async def test_webhook_retries_in_another_process_send_the_key_stored_with_the_case(database: Database):
+    first_process = await database.open()
+    await Helpdesk(first_process, ["webhook"]).open_case(
+        origin="run:r1", reason="step_budget", user=ALICE, conversation_key="slack:T:C:1", question="taxi?"
+    )
+    async with FakeWebhook() as hook:
+        hook.script(status(503, "Service Unavailable"))
+        destination = WebhookDestination(hook.url, hook.secret)
+        (first,) = await Outbox(first_process, [destination], RETRY_SOON).run_once()
+        restarted = await database.open()
+        (second,) = await Outbox(restarted, [destination], RETRY_SOON, clock=later(31)).run_once()
+        await destination.aclose()
+    (row,) = await restarted.deliveries([1])
+    assert (first.status, second.status) == ("retrying", "delivered")
+    assert [sent.headers["idempotency-key"] for sent in hook.requests] == [row.idempotency_key] * 2
+    assert uuid.UUID(row.idempotency_key) and row.idempotency_key != "HD-1001"
+
+
+async def test_webhook_cases_of_two_databases_that_share_a_case_id_are_both_kept(tmp_path):
+    # a restore from backup, staging and prod on one receiver, a move to PostgreSQL: HD-1001 again
+    async with FakeWebhook() as hook:
+        for install, user in (("prod", ALICE), ("restored", UserRef("U_BOB", "Bob"))):
+            store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / install}.db")
+            case = await Helpdesk(store, ["webhook"]).open_case(
+                origin="run:r1", reason="step_budget", user=user, conversation_key="slack:T:C:1", question="?"
+            )
+            destination = WebhookDestination(hook.url, hook.secret)
+            (result,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+            await destination.aclose()
+            await store.close()
+            assert (case.case_id, result.status) == ("HD-1001", "delivered")
+    kept = sorted(body["case"]["user"]["id"] for body in hook.accepted.values())
+    assert kept == ["U_ALICE", "U_BOB"]  # the receiver deduped on Idempotency-Key and dropped neither
 
 
 async def test_webhook_timeout_is_a_failed_attempt(tmp_path):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import JSON, String, column, select, table, text
+from sqlalchemy import JSON, Integer, String, column, select, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -168,3 +169,37 @@ async def test_thread_history_moves_to_appended_entries_and_back(database: Datab
         await engine.dispose()
     assert upgraded == before
     assert folded == [before + later]
+
+
+_DELIVERIES = table(
+    "handoff_deliveries",
+    column("case_number", Integer),
+    column("destination", String),
+    column("state", String),
+    column("attempts", Integer),
+    column("next_attempt_at", UtcDateTime),
+    column("created_at", UtcDateTime),
+)
+
+
+async def test_outbox_rows_written_before_delivery_keys_each_get_their_own(database: Database):
+    now = utcnow()
+    rows = [
+        {"case_number": 1, "destination": name, "state": "pending", "attempts": 0, "next_attempt_at": now,
+         "created_at": now}
+        for name in ("webhook", "email")
+    ]  # fmt: skip
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0003_history_entries"))
+        async with engine.begin() as conn:
+            await conn.execute(_DELIVERIES.insert(), rows)
+        store = await database.open()  # upgrades to head
+        keys = [row.idempotency_key for row in await store.deliveries([1])]
+        await _run(engine, _down_to("0003_history_entries"))
+        async with engine.connect() as conn:
+            left = (await conn.execute(select(_DELIVERIES.c.destination))).scalars().all()
+    finally:
+        await engine.dispose()
+    assert len(set(keys)) == 2 and all(uuid.UUID(key) for key in keys)
+    assert sorted(left) == ["email", "webhook"]
