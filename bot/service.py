@@ -121,23 +121,22 @@ class PolicyPal:
             return self._refuse(inbound, "rate_limited", self.admission.users.refusal())  # cases count too
         if asks_for_human(inbound.text):
             return await self._hand_over(inbound)
+        state = _first_state(inbound, history)
+        await self._begin(state, inbound.platform, inbound.text)  # before any wait: a crash is recovered
         if self.admission is None:
-            return await self._start(inbound, history, cancel)
+            return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
         async with self.admission.slots.slot() as admitted:
             if not admitted:
+                await self.store.discard_run(state.run_id)  # a refusal leaves no run behind
                 return self._refuse(inbound, "busy", BUSY_TEXT)
-            return await self._start(inbound, history, cancel)
+            return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
 
-    async def _start(self, inbound: Inbound, history: list[Message], cancel: asyncio.Event | None) -> Reply:
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, *thread_context(history, inbound.text)]
-        state = RunState(
-            run_id=_new_run_id(),
-            user=inbound.user,
-            conversation_key=inbound.conversation_key,
-            messages=messages,
-            question_index=len(messages) - 1,
+    async def _begin(self, state: RunState, platform: str, question: str) -> None:
+        """Record the run as running: from here on, if this process dies, a sweeper answers the user."""
+        await self.store.start_run(
+            state.run_id, state.conversation_key, platform, state.user.id, question, self.deps.model.name,
+            PROCESS_OWNER,
         )
-        return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
 
     def _refuse(self, inbound: Inbound, reason: RefusalReason, text: str) -> Reply:
         """A reply without a run: nothing stored, the person asks again later."""
@@ -201,7 +200,9 @@ class PolicyPal:
         state.resume_with(record.call_id, _json(result))
         platform = record.conversation_key.split(":", 1)[0]
         decided = decided_write(record, actor.id, decision, result, took_ms)
-        reply = await self._run(state, platform, f"({decision} {record.tool})", None, decided=decided)
+        question = f"({decision} {record.tool})"
+        await self._begin(state, platform, question)
+        reply = await self._run(state, platform, question, None, decided=decided)
         return DecisionReply(verdict, result, reply, case)
 
     async def recover(self, older_than: timedelta = STALE_EXECUTING) -> list[tuple[PendingRecord, HandoffCase]]:
@@ -295,11 +296,7 @@ class PolicyPal:
     async def _agent(
         self, state: RunState, platform: str, question: str, stop: asyncio.Event, decided: DecidedWrite | None
     ) -> RunResult:
-        """The loop between its two database writes: running before it (for crash recovery), finished after."""
-        model = self.deps.model.name
-        await self.store.start_run(
-            state.run_id, state.conversation_key, platform, state.user.id, question, model, PROCESS_OWNER
-        )
+        """The loop, then its result stored (the run was recorded as running by ``_begin``)."""
         result = await run_agent(self.deps, state, stop, decided)
         await self._persist(result)  # first, so a give-up's case carries this run's trace
         log.info("run %s ended: %s", result.run_id, result.reason.value)
@@ -415,3 +412,15 @@ async def _report(on_result: Callable[[DecisionReply], Awaitable[None]], early: 
         action = early.decision.action
         log.exception("pending %s: reporting the result to the adapter failed; the run continues",
                       action.id if action else "?")
+
+
+def _first_state(inbound: Inbound, history: list[Message]) -> RunState:
+    """A new run's state: the system prompt, the thread so far, and the question."""
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, *thread_context(history, inbound.text)]
+    return RunState(
+        run_id=_new_run_id(),
+        user=inbound.user,
+        conversation_key=inbound.conversation_key,
+        messages=messages,
+        question_index=len(messages) - 1,
+    )

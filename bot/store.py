@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import and_, case, event, func, or_, select, update
+from sqlalchemy import and_, case, delete, event, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -202,6 +202,11 @@ class Store:
         }
         async with self._engine.begin() as conn:
             await conn.execute(Run.__table__.insert().values(row))
+
+    async def discard_run(self, run_id: str) -> None:
+        """Forget a run recorded as running that never started (refused while it waited for a slot)."""
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(Run).where(Run.id == run_id, Run.status == "running"))
 
     async def finish_run(
         self,

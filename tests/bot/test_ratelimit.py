@@ -96,4 +96,24 @@ async def test_when_every_run_slot_is_taken_the_next_person_hears_so(tmp_path, f
         await eventually(lambda: fake_openai.requests)
         busy = await ask(svc, "me too", BOB, thread="b")
         assert (await slow).refused is None
+        runs = await svc.store.list_runs()
     assert busy.refused == "busy" and busy.outcome.text == BUSY_TEXT
+    assert [run.question for run in runs] == ["a slow one"]  # the refusal left no run behind
+
+
+async def test_a_message_waiting_for_a_slot_is_already_recorded_so_a_crash_cannot_lose_it(tmp_path, fake_openai):
+    fake_openai.script(delay(1.0, text("Slow answer.")), text("Bob's answer."))
+    async with service(tmp_path, fake_openai, NoPassages()) as svc:
+        svc.admission = Admission(UserRateLimit(svc.store, 0), RunSlots(1, wait_s=5.0))
+        slow = asyncio.create_task(ask(svc, "a slow one"))
+        await eventually(lambda: fake_openai.requests)
+        waiting = asyncio.create_task(ask(svc, "me too", BOB, thread="b"))
+        for _ in range(500):
+            if len(running := await svc.store.running_runs()) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(fake_openai.requests) == 1  # Bob's run waits for the slot, yet a sweeper can see it
+        await slow
+        bobs = await waiting
+    assert {run.question for run in running} == {"a slow one", "me too"}
+    assert bobs.refused is None and bobs.outcome.text == "Bob's answer."

@@ -111,6 +111,7 @@ async def test_an_action_interrupted_by_a_crash_opens_a_case_for_a_human_to_chec
     async with service(tmp_path, fake_openai, sample_index) as svc:
         await left_executing_by_a_crash(svc)
     async with service(tmp_path, fake_openai, sample_index) as restarted:
+        await restarted.recover()  # as the server's sweeper does at its first pass
         stored = await restarted.store.get_handoff(case_number("HD-1001"))
     case = HandoffCase.from_record(stored)
     assert (case.reason, case.user.id, case.question) == ("action_unknown", "U_ALICE", "VPN broken with NG-809")
