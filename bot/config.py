@@ -1,15 +1,41 @@
-"""Settings, read once from the environment (and ``.env``) at the outermost edge and passed down."""
+"""Settings, read once from the environment (and ``.env``) at the outermost edge and passed down.
+
+Every value is checked as the settings load: numbers within the bounds that work, URLs with a scheme
+and a host, the database on its async driver, settings that only work together set together. So
+every command refuses a configuration that cannot work, naming the variable, rather than a server
+that starts and then fails on each message. An empty value means unset for optional text settings
+(compose's ``${VAR:-}``, a blank line in ``.env``).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
-from retrieval.config import BUNDLED_MODEL, RetrievalConfig
+from retrieval.config import BUNDLED_MODEL, MAX_K, RetrievalConfig
+
+# The one driver per database that the async store runs on (``bot.store``).
+ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
 
 
 class ConfigError(Exception):
@@ -20,6 +46,48 @@ def _env(name: str) -> AliasChoices:
     return AliasChoices(name, name.lower())
 
 
+def _http_url(value: str) -> str:
+    """An http(s) URL with a host, kept as written (no trailing slash added, unlike pydantic's URL types)."""
+    if "://" not in value:
+        raise ValueError("needs http:// or https:// in front, e.g. https://host.example/path")
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(f"must be an http:// or https:// URL, not {parts.scheme}://")
+    try:
+        parts.port  # noqa: B018  # parsing the port is the check
+    except ValueError:
+        raise ValueError("has a port that is not a number from 0 to 65535") from None
+    if not parts.hostname:
+        raise ValueError("has no host name, e.g. https://host.example/path")
+    return value
+
+
+def _async_database_url(value: str) -> str:
+    """A SQLAlchemy URL naming the async driver; the message suggests the corrected URL, password hidden."""
+    try:
+        url = make_url(value)
+    except ArgumentError:
+        raise ValueError(
+            "is not a database URL; use sqlite+aiosqlite:///path/to/policypal.db or "
+            "postgresql+asyncpg://user:password@host:5432/policypal"
+        ) from None
+    where = url.render_as_string(hide_password=True)
+    wanted = ASYNC_DRIVERS.get(url.get_backend_name())
+    if wanted is None:
+        raise ValueError(f"{where}: PolicyPal runs on sqlite+aiosqlite:// or postgresql+asyncpg:// only")
+    if url.drivername != wanted:
+        driver = url.drivername.partition("+")[2]
+        uses = f"uses the driver {driver}" if driver else "names no driver, so SQLAlchemy would pick a synchronous one"
+        fixed = url.set(drivername=wanted).render_as_string(hide_password=True)
+        raise ValueError(f"{where} {uses}; PolicyPal needs the async driver: {fixed}")
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+DatabaseUrl = Annotated[str, AfterValidator(_async_database_url)]
+_TEXT_TYPES = (str, SecretStr, Path)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="POLICYPAL_", env_file=".env", extra="ignore", populate_by_name=True)
 
@@ -27,40 +95,40 @@ class Settings(BaseSettings):
 
     # model
     openai_api_key: SecretStr | None = Field(default=None, validation_alias=_env("OPENAI_API_KEY"))
-    openai_base_url: str | None = Field(default=None, validation_alias=_env("OPENAI_BASE_URL"))
+    openai_base_url: HttpUrl | None = Field(default=None, validation_alias=_env("OPENAI_BASE_URL"))
     model: str = "gpt-4o-mini"
     model_prices: str | None = None  # JSON {"model": [usd_per_1M_input, usd_per_1M_output]}
-    max_output_tokens: int = 800
+    max_output_tokens: PositiveInt = 800
     max_tokens_param: Literal["auto", "max_completion_tokens", "max_tokens"] = "auto"
 
     # budgets (per run)
-    max_steps: int = 6
-    max_tokens: int = 20_000
-    deadline_s: float = 20.0
-    max_cost_usd: float | None = 0.05
-    max_searches: int = 3
-    tool_result_chars: int = 6_000
-    compact_at_tokens: int = 12_000
-    pending_ttl_s: int = 24 * 3600
+    max_steps: PositiveInt = 6
+    max_tokens: PositiveInt = 20_000
+    deadline_s: PositiveFloat = 20.0
+    max_cost_usd: PositiveFloat | None = 0.05
+    max_searches: PositiveInt = 3
+    tool_result_chars: PositiveInt = 6_000
+    compact_at_tokens: PositiveInt = 12_000
+    pending_ttl_s: NonNegativeInt = 24 * 3600
 
     # retrieval
-    qdrant_url: str | None = None
+    qdrant_url: HttpUrl | None = None
     qdrant_path: Path | None = None
     qdrant_api_key: SecretStr | None = None
     collection: str = "policies"
     embedding_model: str = BUNDLED_MODEL
-    top_k: int = 5
+    top_k: int = Field(5, ge=1, le=MAX_K)
 
     # state
-    database_url: str | None = None
+    database_url: DatabaseUrl | None = None
 
     # serving (policypal serve)
-    user_runs_per_minute: int = 10  # per user, across every replica (0: no limit)
-    max_concurrent_runs: int = 16  # per process; beyond it a polite "busy" reply
-    busy_wait_s: float = 2.0  # how long a message may wait for a free run slot before that reply
-    shutdown_grace_s: float = 20.0  # on SIGTERM, how long in-flight runs may take before they give up
-    sweep_interval_s: float = 10.0  # heartbeat, crash recovery and expired cards, this often
-    worker_stale_s: float = 30.0  # a process silent this long is dead: its runs are recovered
+    user_runs_per_minute: NonNegativeInt = 10  # per user, across every replica (0: no limit)
+    max_concurrent_runs: PositiveInt = 16  # per process; beyond it a polite "busy" reply
+    busy_wait_s: NonNegativeFloat = 2.0  # how long a message may wait for a free run slot before that reply
+    shutdown_grace_s: NonNegativeFloat = 20.0  # on SIGTERM, how long in-flight runs may take before they give up
+    sweep_interval_s: PositiveFloat = 10.0  # heartbeat, crash recovery and expired cards, this often
+    worker_stale_s: PositiveFloat = 30.0  # a process silent this long is dead: its runs are recovered
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     # who may see and do what
@@ -69,45 +137,45 @@ class Settings(BaseSettings):
 
     # helpdesk handoff destinations (the local store always receives every case)
     helpdesk_slack_channel: str | None = None
-    helpdesk_webhook_url: str | None = None
+    helpdesk_webhook_url: HttpUrl | None = None
     helpdesk_webhook_secret: SecretStr | None = None
-    helpdesk_teams_service_url: str | None = None
+    helpdesk_teams_service_url: HttpUrl | None = None
     helpdesk_teams_conversation_id: str | None = None
     helpdesk_smtp_host: str | None = None
-    helpdesk_smtp_port: int = 587
+    helpdesk_smtp_port: int = Field(587, ge=1, le=65535)
     helpdesk_smtp_user: str | None = None
     helpdesk_smtp_password: SecretStr | None = None
     helpdesk_smtp_starttls: bool = True
     helpdesk_email_from: str | None = None
     helpdesk_email_to: str | None = None  # comma-separated addresses
     helpdesk_reply_within: str = "one working day"  # told to the user with the case id
-    helpdesk_transcript_result_chars: int = 1_000  # each tool result in a transcript
-    helpdesk_max_attempts: int = 8  # per destination, before a delivery shows as failed
-    helpdesk_retry_base_s: float = 30.0  # first retry delay; doubles up to an hour
-    helpdesk_deliver_timeout_s: float = 20.0
-    helpdesk_poll_s: float = 5.0  # how often the server's outbox worker looks for due deliveries
+    helpdesk_transcript_result_chars: PositiveInt = 1_000  # each tool result in a transcript
+    helpdesk_max_attempts: PositiveInt = 8  # per destination, before a delivery shows as failed
+    helpdesk_retry_base_s: PositiveFloat = 30.0  # first retry delay; doubles up to an hour
+    helpdesk_deliver_timeout_s: PositiveFloat = 20.0
+    helpdesk_poll_s: PositiveFloat = 5.0  # how often the server's outbox worker looks for due deliveries
 
     # ticket backend
     tickets: Literal["local", "jira", "servicenow", "webhook"] = "local"
-    jira_url: str | None = None
+    jira_url: HttpUrl | None = None
     jira_email: str | None = None
     jira_api_token: SecretStr | None = None
     jira_service_desk_id: str | None = None
     jira_request_type_id: str | None = None
-    servicenow_url: str | None = None
+    servicenow_url: HttpUrl | None = None
     servicenow_user: str | None = None
     servicenow_password: SecretStr | None = None
     servicenow_token: SecretStr | None = None
-    tickets_webhook_url: str | None = None
+    tickets_webhook_url: HttpUrl | None = None
     tickets_webhook_secret: SecretStr | None = None
-    tickets_timeout_s: float = 10.0  # per request to a remote ticket system
-    tickets_attempts: int = 3  # tries for timeouts, 429 and 5xx before the failure reaches the user
+    tickets_timeout_s: PositiveFloat = 10.0  # per request to a remote ticket system
+    tickets_attempts: PositiveInt = 3  # tries for timeouts, 429 and 5xx before the failure reaches the user
 
     # Slack
     slack_bot_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
     slack_signing_secret: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_SIGNING_SECRET"))
     slack_app_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_APP_TOKEN"))
-    slack_api_url: str | None = Field(default=None, validation_alias=_env("SLACK_API_URL"))
+    slack_api_url: HttpUrl | None = Field(default=None, validation_alias=_env("SLACK_API_URL"))
 
     # Teams (Bot Framework)
     microsoft_app_id: str | None = Field(default=None, validation_alias=_env("MicrosoftAppId"))
@@ -116,6 +184,26 @@ class Settings(BaseSettings):
     microsoft_app_tenant_id: str | None = Field(default=None, validation_alias=_env("MicrosoftAppTenantId"))
     teams_allowed_tenants: str | None = None  # comma-separated tenant ids; unset: any tenant
     teams_allow_unauthenticated: bool = False  # Bot Framework Emulator and tests only
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
+        """An empty optional URL, secret, name or path is unset: ``OPENAI_BASE_URL=""`` must not be a URL."""
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, str) and not value.strip() and field is not None and _optional_text(field):
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _smtp_login_complete(self) -> Settings:
+        """An SMTP user without its password would log in with an empty one at every delivery."""
+        if bool(self.helpdesk_smtp_user) != (self.helpdesk_smtp_password is not None):
+            have, missing = ("USER", "PASSWORD") if self.helpdesk_smtp_user else ("PASSWORD", "USER")
+            raise ValueError(
+                f"POLICYPAL_HELPDESK_SMTP_{have} is set but POLICYPAL_HELPDESK_SMTP_{missing} is not: "
+                "set both to log in to the SMTP server, or neither to send without logging in"
+            )
+        return self
 
     @property
     def resolved_database_url(self) -> str:
@@ -140,9 +228,32 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Build settings, turning pydantic's errors into one readable ConfigError."""
+    """Build settings, turning pydantic's errors into one readable ConfigError naming the variables."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
+        problems = [_problem(err["loc"], err["msg"]) for err in exc.errors()]
         raise ConfigError("Invalid configuration:\n  " + "\n  ".join(problems)) from None
+
+
+def _optional_text(field: FieldInfo) -> bool:
+    """``str | None``, ``SecretStr | None``, ``Path | None`` (validated variants too), not numbers or flags."""
+    options = get_args(field.annotation)
+    bases = [get_args(o)[0] if get_origin(o) is Annotated else o for o in options]
+    return type(None) in bases and any(base in _TEXT_TYPES for base in bases)
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    # pydantic prefixes a validator's own message with "Value error, "; the variable says enough.
+    message = message.removeprefix("Value error, ")
+    return f"{_variable(str(loc[0]))}: {message}" if loc else message
+
+
+def _variable(name: str) -> str:
+    """The environment variable an operator sets for a field (pydantic reports the field's name)."""
+    field = Settings.model_fields.get(name)
+    if field is None:
+        return name  # already the variable (OPENAI_BASE_URL), as given
+    if isinstance(field.validation_alias, AliasChoices):
+        return str(field.validation_alias.choices[0])
+    return f"POLICYPAL_{name.upper()}"

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -58,14 +57,9 @@ async def _guarded(check: Check, settings: Settings) -> list[str]:
 
 async def check_database(settings: Settings) -> list[str]:
     """Reachable, and at a revision this release can use (SQLite is upgraded at start, so only 'ahead' counts)."""
-    url = settings.resolved_database_url
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return [f"POLICYPAL_DATABASE_URL is not a database URL: {url!r}"]
+    url = settings.resolved_database_url  # Settings refused any URL without its async driver
+    parsed = make_url(url)
     where = parsed.render_as_string(hide_password=True)
-    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        return [f"POLICYPAL_DATABASE_URL {where}: use sqlite+aiosqlite:// or postgresql+asyncpg://"]
     sqlite = parsed.get_backend_name() == "sqlite"
     if sqlite and (missing := _missing_file(parsed.database or "")) is not None:
         return _creatable(missing, where)  # made (and migrated) at start

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 MaxTokensParam = Literal["auto", "max_completion_tokens", "max_tokens"]
 
 _OPENAI_HOSTS = ("api.openai.com",)
+# Passed explicitly: given None, the SDK would read OPENAI_BASE_URL itself, an empty one included.
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 # OpenAI's own 401 text quotes a masked key ("sk-abc***xyz"); redact anything key-shaped as well.
 _KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}")
 
@@ -62,7 +64,7 @@ class OpenAIChatModel:
         self._api_key = api_key
         self._host = urlsplit(base_url).hostname if base_url else "api.openai.com"
         self._max_tokens_field = _resolve_max_tokens_field(max_tokens_param, self._host)
-        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries)
+        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url or OPENAI_BASE_URL, max_retries=max_retries)
 
     async def complete(
         self,

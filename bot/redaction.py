@@ -1,9 +1,14 @@
 """Keep secrets out of anything a human or another system will read: transcripts, webhooks, email.
 
 Two nets: the exact values of every secret PolicyPal was configured with, and the shapes of common
-credentials (API keys, bot tokens, bearer and basic auth, JWTs, private keys, ``password=...``), so a
-token a user pasted into a question is caught too. Mapping keys that name a secret have their value
-replaced whatever it looks like.
+credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` headers of any scheme,
+passwords in URLs, JWTs, private keys, ``password=...``), so a token a user pasted into a question is
+caught too. Mapping keys that name a secret have their value replaced whatever it looks like.
+
+After ``password:`` or ``password=`` any value goes. After the looser "password is ..." and
+"password - ..." only a value that looks like a credential does (a digit, a symbol, a capital inside,
+or 20 characters and more), so "my password is not working" and "reset your password - see the
+portal" reach the helpdesk as written.
 """
 
 from __future__ import annotations
@@ -14,24 +19,37 @@ from typing import Any
 
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 6  # shorter configured values would redact ordinary words
+MIN_PIN_CHARS = 4  # "my password is 1234" is a secret; "is 2" or "is a" is prose
+LONG_SECRET_CHARS = 20  # a single "word" this long after "password is" is a passphrase, not prose
 
 _PATTERNS = [
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
     re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),  # OpenAI and compatible API keys
     re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{8,}"),  # Slack bot/user/app tokens
     re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"),
+    re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/]+"),  # Slack incoming webhooks: the URL is the key
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),  # GitHub
+    re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"),  # GitLab
+    re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),  # Google API key
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key id
     re.compile(r"\bATATT[A-Za-z0-9_=-]{16,}"),  # Atlassian API token
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}"),
 ]
-# "password: x", "api_key=x", "my password is x": keep the words, drop the value.
+# "scheme://user:password@host": keep the scheme, user and host, drop the password.
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):([^\s/@]+)@")
+# "Authorization: Token abc...", any scheme or none; the credential goes if it looks like one.
+_AUTHORIZATION = re.compile(
+    r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)"  # the header name, kept
+    r"((?:[A-Za-z][\w-]*\s+)?)([^\s\"',;]+)"  # its scheme (Bearer, Basic, Token, ...) and credential
+)
+# "password: x", "api_key=x", "my password is: x", "password - x": keep the words, drop the value.
 _ASSIGNMENTS = re.compile(
     r"(?i)\b(password|passwd|passcode|pwd|secret|client[_ -]?secret|api[_ -]?key|access[_ -]?token|token)"
-    r"(\s*[:=]\s*|\s+is\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+    r"(\s*[:=]\s*|\s+is\s*[:=]\s*|\s+is\s+|\s+[-–—]\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 )
 _SECRET_KEYS = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|authorization|cookie|credential)")
+_PROSE_PUNCTUATION = ".,;:!?)(\"'"
 
 
 class Redactor:
@@ -47,7 +65,9 @@ class Redactor:
             value = value.replace(secret, REDACTED)
         for pattern in _PATTERNS:
             value = pattern.sub(REDACTED, value)
-        return _ASSIGNMENTS.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", value)
+        value = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
+        value = _AUTHORIZATION.sub(_authorization, value)
+        return _ASSIGNMENTS.sub(_assignment, value)
 
     def value(self, value: Any) -> Any:
         """Any JSON-like value, recursively; keys that name a secret lose their value."""
@@ -58,6 +78,30 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.value(item) for item in value]
         return value
+
+
+def _authorization(match: re.Match[str]) -> str:
+    header, _scheme, credential = match.groups()
+    return f"{header}{REDACTED}" if _looks_secret(credential) else match.group(0)
+
+
+def _assignment(match: re.Match[str]) -> str:
+    name, separator, value = match.groups()
+    strong = any(mark in separator for mark in ":=")  # "password: x" names its value; "password is x" may not
+    if strong or _looks_secret(value):
+        return f"{name}{separator}{REDACTED}"
+    return match.group(0)
+
+
+def _looks_secret(word: str) -> bool:
+    """A digit, a symbol, a capital inside, or passphrase length: unlike "expired", "strict" or "see"."""
+    core = word.strip(_PROSE_PUNCTUATION)
+    if len(core) < MIN_PIN_CHARS or core == REDACTED:
+        return False
+    if any(c.isdigit() or not (c.isalnum() or c in "-'’") for c in core):
+        return True
+    inner_capital = any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)
+    return (len(core) >= MIN_SECRET_CHARS and inner_capital) or len(core) >= LONG_SECRET_CHARS
 
 
 def _names_secret(key: Any, value: Any) -> bool:

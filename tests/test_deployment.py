@@ -129,3 +129,12 @@ def test_compose_gives_a_stopping_replica_more_time_than_its_runs_grace_period()
     bot = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["bot"]
     grace = float(bot["environment"]["POLICYPAL_SHUTDOWN_GRACE_S"])
     assert float(bot["stop_grace_period"].rstrip("s")) >= grace + 10
+
+
+def test_compose_passes_an_unset_variable_through_as_unset_not_as_an_empty_string():
+    environment = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["bot"]["environment"]
+    # "${OPENAI_BASE_URL:-}" made an empty base URL for everyone on api.openai.com; no value passes the
+    # shell's or .env's through, and leaves the variable out of the container when neither sets it.
+    blank_defaults = {name for name, value in environment.items() if str(value).endswith(":-}")}
+    assert not blank_defaults, blank_defaults
+    assert environment["OPENAI_BASE_URL"] is None and environment["OPENAI_API_KEY"] is None

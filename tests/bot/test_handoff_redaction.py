@@ -34,6 +34,61 @@ def test_credential_shapes_are_redacted_without_configuration():
     assert redactor.text("the password reset policy") == "the password reset policy"
 
 
+def test_a_password_after_is_colon_or_dash_is_redacted_and_prose_after_them_is_not():
+    redactor = Redactor()
+    for said, kept in [
+        ("my password is: Hunter2Hunter2", "my password is: "),
+        ("password - Hunter2Hunter2", "password - "),
+        ("My password is hunter2hunter2", "My password is "),
+        ("pwd = Hunter2Hunter2", "pwd = "),
+        ("my PIN password is 1234", "my PIN password is "),
+        ("my token is 9f8e7d6c5b4a", "my token is "),
+    ]:
+        assert redactor.text(said) == kept + REDACTED, said
+    for prose in (
+        "the password policy is strict",
+        "reset your password - see the portal",
+        "my password is not working",
+        "the password is case-sensitive.",
+        "a password-protected file",
+        "the token - it expired",
+    ):
+        assert redactor.text(prose) == prose
+
+
+def test_a_password_in_a_url_is_redacted_keeping_scheme_user_and_host():
+    redactor = Redactor()
+    said = "our db is postgres://admin:Pr0dPassw0rd@db.internal/prod, cache redis://:s3cret@cache:6379/0"
+    assert redactor.text(said) == (
+        f"our db is postgres://admin:{REDACTED}@db.internal/prod, cache redis://:{REDACTED}@cache:6379/0"
+    )
+    for url in ("ssh://git@github.com/acme/x", "https://intranet.example.com:8443/docs/it@home"):
+        assert redactor.text(url) == url
+
+
+def test_an_authorization_header_of_any_scheme_loses_its_credential():
+    redactor = Redactor()
+    for header, kept in [
+        ("Authorization: Token abcdef0123456789abcdef", "Authorization: "),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: "),
+        ("authorization=SSWS 00QCjAl4MlV-WPXM-ABCDEF", "authorization="),
+        ("Proxy-Authorization: Negotiate YIIGhgYGKwYBBQUCoIIGejCCBnag", "Proxy-Authorization: "),
+    ]:
+        assert redactor.text(f"curl -H '{header}' x") == f"curl -H '{kept}{REDACTED}' x", header
+    for prose in ("Authorization: manager approval needed", "authorization is required for travel"):
+        assert redactor.text(prose) == prose
+
+
+def test_gitlab_google_and_slack_webhook_credentials_are_redacted():
+    redactor = Redactor()
+    for sample in (
+        "glpat-abcdefghijklmnopqrst",
+        "AIzaSyA-abcdefghijklmnopqrstuvwxyz12345",
+        "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    ):
+        assert redactor.text(f"x {sample} y") == f"x {REDACTED} y", sample
+
+
 def test_mapping_keys_that_name_a_secret_lose_their_value_but_counts_stay():
     value = {"api_key": "plain", "Authorization": "x", "input_tokens": 12, "nested": [{"client_secret": "s"}]}
     assert Redactor().value(value) == {

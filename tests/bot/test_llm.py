@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from bot.config import Settings
+from bot.config import Settings, load_settings
 from bot.llm import ModelTimeout, OpenAIChatModel, build_model
 from bot.offline_model import OfflineModel
 from bot.types import ModelError, ModelReply
@@ -255,6 +255,15 @@ def test_build_model_picks_the_client_with_a_key() -> None:
     model = build_model(settings)
     assert isinstance(model, OpenAIChatModel)
     assert model.name == "m-1"
+
+
+def test_an_empty_base_url_as_compose_passes_it_means_openai_not_an_empty_url(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", "")  # docker-compose's ${OPENAI_BASE_URL:-} for api.openai.com users
+    model = build_model(load_settings(_env_file=None))
+    assert isinstance(model, OpenAIChatModel)
+    # The SDK reads OPENAI_BASE_URL itself when given None, so this is where the request would go.
+    assert str(model._client.base_url) == "https://api.openai.com/v1/"
 
 
 def completion_body(message: Any = None, **fields: Any) -> dict[str, Any]:

@@ -7,7 +7,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from adapters.checks import PLATFORM_CHECKS
+from bot.cli import main
 from bot.config import Settings
 from bot.config_check import check_index, check_model, find_problems, report
 
@@ -42,3 +45,24 @@ def test_the_report_numbers_every_problem_and_keeps_multi_line_ones_together():
         "     SLACK_BOT_TOKEN is not set",
         "  2. No policy index at /data/qdrant",
     ]
+
+
+@pytest.mark.parametrize("command", [["config", "check"], ["ask", "hi"]])
+def test_settings_that_cannot_work_exit_2_naming_each_variable_from_any_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+):
+    monkeypatch.chdir(tmp_path)  # no .env here
+    for name, value in {
+        "POLICYPAL_DATA_DIR": str(tmp_path),
+        "POLICYPAL_MAX_CONCURRENT_RUNS": "-1",
+        "POLICYPAL_DATABASE_URL": f"sqlite:///{tmp_path / 'new.db'}",  # a file that does not exist yet
+        "POLICYPAL_HELPDESK_WEBHOOK_URL": "helpdesk.example.com/hook",
+        "POLICYPAL_HELPDESK_WEBHOOK_SECRET": "whsec-123456",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main(command) == 2
+    message = capsys.readouterr().err
+    assert message.startswith("Invalid configuration:"), message
+    for variable in ("POLICYPAL_MAX_CONCURRENT_RUNS", "POLICYPAL_DATABASE_URL", "POLICYPAL_HELPDESK_WEBHOOK_URL"):
+        assert f"\n  {variable}: " in message, (variable, message)
+    assert "sqlite+aiosqlite:///" in message and not (tmp_path / "new.db").exists()

@@ -1,0 +1,113 @@
+"""Settings as they load from the environment: what counts as unset, and what is refused, in whose name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.config import ConfigError, Settings, load_settings
+
+
+def from_env(monkeypatch: pytest.MonkeyPatch, **variables: str) -> Settings:
+    """Settings read from these environment variables only (the shell's are cleared by the conftest)."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return load_settings(_env_file=None)
+
+
+def refusal(monkeypatch: pytest.MonkeyPatch, **variables: str) -> str:
+    with pytest.raises(ConfigError) as refused:
+        from_env(monkeypatch, **variables)
+    return str(refused.value)
+
+
+def test_an_empty_optional_url_secret_or_path_is_unset_as_compose_passes_them(monkeypatch: pytest.MonkeyPatch):
+    settings = from_env(
+        monkeypatch,
+        OPENAI_BASE_URL="",
+        OPENAI_API_KEY="",
+        SLACK_API_URL=" ",
+        SLACK_BOT_TOKEN="",
+        MicrosoftAppId="",
+        POLICYPAL_QDRANT_URL="",
+        POLICYPAL_QDRANT_PATH="",
+        POLICYPAL_DATABASE_URL="",
+        POLICYPAL_HELPDESK_WEBHOOK_URL="",
+    )
+    assert settings.openai_base_url is None and settings.openai_api_key is None
+    assert settings.slack_api_url is None and settings.slack_bot_token is None and settings.microsoft_app_id is None
+    assert settings.qdrant_url is None and settings.qdrant_path is None
+    assert settings.retrieval().qdrant_path == Path("data") / "qdrant"
+    assert settings.database_url is None and settings.helpdesk_webhook_url is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("POLICYPAL_MAX_CONCURRENT_RUNS", "-1"),  # serve died on the semaphore
+        ("POLICYPAL_MAX_CONCURRENT_RUNS", "0"),  # every message was "busy"
+        ("POLICYPAL_MAX_STEPS", "0"),  # every question gave up
+        ("POLICYPAL_DEADLINE_S", "-5"),
+        ("POLICYPAL_MAX_COST_USD", "0"),
+        ("POLICYPAL_HELPDESK_POLL_S", "0"),
+        ("POLICYPAL_SWEEP_INTERVAL_S", "0"),
+        ("POLICYPAL_USER_RUNS_PER_MINUTE", "-1"),
+        ("POLICYPAL_TOP_K", "51"),
+        ("POLICYPAL_HELPDESK_SMTP_PORT", "70000"),
+        ("POLICYPAL_TICKETS_ATTEMPTS", "0"),
+    ],
+)
+def test_a_number_that_would_crash_or_stall_the_server_is_refused_by_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+):
+    message = refusal(monkeypatch, **{variable: value})
+    assert f"{variable}: Input should be" in message, message
+
+
+def test_a_sync_database_url_is_refused_naming_the_async_driver_and_hiding_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    message = refusal(monkeypatch, POLICYPAL_DATABASE_URL="sqlite:///new.db")
+    assert "POLICYPAL_DATABASE_URL: sqlite:///new.db names no driver" in message, message
+    assert "PolicyPal needs the async driver: sqlite+aiosqlite:///new.db" in message
+    message = refusal(monkeypatch, POLICYPAL_DATABASE_URL="postgresql+psycopg2://bot:pg-s3cret-pw@db/policypal")
+    assert "uses the driver psycopg2" in message and "postgresql+asyncpg://bot:***@db/policypal" in message, message
+    assert "pg-s3cret-pw" not in message
+    message = refusal(monkeypatch, POLICYPAL_DATABASE_URL="mysql+aiomysql://bot@db/policypal")
+    assert "runs on sqlite+aiosqlite:// or postgresql+asyncpg:// only" in message, message
+
+
+def test_a_url_setting_needs_http_or_https_and_a_host_and_a_good_one_is_kept_as_written(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    message = refusal(
+        monkeypatch,
+        POLICYPAL_HELPDESK_WEBHOOK_URL="helpdesk.example.com/hook",
+        POLICYPAL_JIRA_URL="notaurl",
+        OPENAI_BASE_URL="localhost:8000/v1",
+        POLICYPAL_QDRANT_URL="ftp://qdrant:6333",
+        SLACK_API_URL="https://",
+    )
+    for expected in (
+        "POLICYPAL_HELPDESK_WEBHOOK_URL: needs http:// or https:// in front",
+        "POLICYPAL_JIRA_URL: needs http:// or https:// in front",
+        "OPENAI_BASE_URL: needs http:// or https:// in front",
+        "POLICYPAL_QDRANT_URL: must be an http:// or https:// URL, not ftp://",
+        "SLACK_API_URL: has no host name",
+    ):
+        assert expected in message, (expected, message)
+    monkeypatch.delenv("POLICYPAL_QDRANT_URL")
+    settings = from_env(
+        monkeypatch,
+        POLICYPAL_HELPDESK_WEBHOOK_URL="https://helpdesk.example.com/hook",
+        POLICYPAL_JIRA_URL="https://acme.atlassian.net",
+        OPENAI_BASE_URL="http://localhost:8000/v1",
+        SLACK_API_URL="http://127.0.0.1:9000/api/",
+    )
+    assert settings.jira_url == "https://acme.atlassian.net"  # no trailing slash added to build paths on
+
+
+def test_an_smtp_user_without_its_password_is_refused(monkeypatch: pytest.MonkeyPatch):
+    message = refusal(monkeypatch, POLICYPAL_HELPDESK_SMTP_HOST="smtp.example.com", POLICYPAL_HELPDESK_SMTP_USER="bot")
+    assert "POLICYPAL_HELPDESK_SMTP_USER is set but POLICYPAL_HELPDESK_SMTP_PASSWORD is not" in message, message
