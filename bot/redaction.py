@@ -5,10 +5,11 @@ credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` hea
 passwords in URLs, JWTs, private keys, ``password=...``), so a token a user pasted into a question is
 caught too. Mapping keys that name a secret have their value replaced whatever it looks like.
 
-After ``password:`` or ``password=`` any value goes. After the looser "password is ..." and
-"password - ..." only a value that looks like a credential does (a digit, a symbol, a capital inside,
-or 20 characters and more), so "my password is not working" and "reset your password - see the
-portal" reach the helpdesk as written.
+After ``password:`` or ``password=`` any value goes. After "password is ..." the word goes too,
+unless it is one of the words people use to describe a password ("not", "expired", "wrong", ...):
+leaking "my password is sunshine" is worse than reading "my password is [redacted]" for an odd word.
+After the looser "password - ..." only a value that looks like a credential does (a digit, a symbol,
+a capital inside, or 20 characters and more), so "reset your password - see the portal" stays.
 """
 
 from __future__ import annotations
@@ -50,6 +51,20 @@ _ASSIGNMENTS = re.compile(
 )
 _SECRET_KEYS = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|authorization|cookie|credential)")
 _PROSE_PUNCTUATION = ".,;:!?)(\"'"
+# Words that follow "password is" when someone describes a password rather than gives it.
+_DESCRIBES_PASSWORD = frozenset(
+    {
+        "not", "no", "never", "still", "now", "already", "always", "just", "also", "too", "very", "so", "the",
+        "a", "an", "my", "your", "our", "their", "this", "that", "it", "wrong", "incorrect", "invalid",
+        "expired", "expiring", "locked", "blocked", "disabled", "rejected", "required", "needed", "mandatory",
+        "correct", "right", "valid", "fine", "ok", "okay", "good", "bad", "weak", "strong", "short", "long",
+        "empty", "blank", "missing", "same", "different", "changed", "reset", "set", "saved", "stored",
+        "forgotten", "lost", "known", "unknown", "compromised", "leaked", "stolen", "shared", "case-sensitive",
+        "sensitive", "managed", "synced", "working", "broken", "failing", "asking", "being", "going", "about",
+        "due", "over", "in", "on", "at", "for", "from", "of", "with", "without", "under", "older", "newer",
+        "new", "old", "temporary", "default"
+    }
+)
 
 
 class Redactor:
@@ -88,9 +103,14 @@ def _authorization(match: re.Match[str]) -> str:
 def _assignment(match: re.Match[str]) -> str:
     name, separator, value = match.groups()
     strong = any(mark in separator for mark in ":=")  # "password: x" names its value; "password is x" may not
-    if strong or _looks_secret(value):
+    if strong or _looks_secret(value) or (separator.strip() == "is" and _gives_a_password(value)):
         return f"{name}{separator}{REDACTED}"
     return match.group(0)
+
+
+def _gives_a_password(word: str) -> bool:
+    core = word.strip(_PROSE_PUNCTUATION).casefold()
+    return len(core) >= MIN_PIN_CHARS and core not in _DESCRIBES_PASSWORD
 
 
 def _looks_secret(word: str) -> bool:

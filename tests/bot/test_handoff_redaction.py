@@ -43,6 +43,7 @@ def test_a_password_after_is_colon_or_dash_is_redacted_and_prose_after_them_is_n
         ("pwd = Hunter2Hunter2", "pwd = "),
         ("my PIN password is 1234", "my PIN password is "),
         ("my token is 9f8e7d6c5b4a", "my token is "),
+        ("my password is sunshine", "my password is "),
     ]:
         assert redactor.text(said) == kept + REDACTED, said
     for prose in (
@@ -52,6 +53,8 @@ def test_a_password_after_is_colon_or_dash_is_redacted_and_prose_after_them_is_n
         "the password is case-sensitive.",
         "a password-protected file",
         "the token - it expired",
+        "my password is expired and the new password is too short",
+        "my password is Wrong according to the portal",
     ):
         assert redactor.text(prose) == prose
 
