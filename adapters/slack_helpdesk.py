@@ -3,17 +3,18 @@
 The summary names the user, the question in one line, the reason and the link back; the full
 Markdown transcript follows as replies in the summary's thread (Slack shows code blocks verbatim).
 A delivery that posted its summary but failed in the thread resumes in the thread on the next
-attempt in this process, rather than posting a second summary.
+attempt, from any process: the outbox row keeps where the summary is and how many parts are in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.handoff import HandoffCase, reason_label
+from bot.outbox import Delivery
 
 CHUNK_CHARS = 3_500  # under Slack's 4,000-character guidance for one message's text
 MAX_THREAD_MESSAGES = 15
@@ -21,12 +22,23 @@ HEADER_CHARS = 150  # Block Kit header limit
 SECTION_CHARS = 2_900  # Block Kit section limit is 3,000
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Progress:
+    """Where the summary is and how many transcript parts are in its thread, as the outbox row keeps it."""
+
     channel: str
     ts: str
-    posted: int = 0  # transcript chunks already in the thread
-    chunks: list[str] = field(default_factory=list)
+    posted: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.channel}/{self.ts}/{self.posted}"
+
+    @classmethod
+    def parse(cls, saved: str | None) -> _Progress | None:
+        parts = (saved or "").split("/")
+        if len(parts) != 3 or not parts[2].isdigit():
+            return None
+        return cls(parts[0], parts[1], int(parts[2]))
 
 
 class SlackChannelDestination:
@@ -37,7 +49,7 @@ class SlackChannelDestination:
     def __init__(self, client: AsyncWebClient, channel: str) -> None:
         self._client = client
         self._channel = channel
-        self._progress: dict[str, _Progress] = {}
+        self._progress: dict[str, str] = {}  # deliveries outside the outbox resume within this process
 
     @classmethod
     def from_token(cls, token: str, channel: str, *, base_url: str | None = None) -> SlackChannelDestination:
@@ -46,20 +58,31 @@ class SlackChannelDestination:
         return cls(AsyncWebClient(token=token, base_url=base_url.rstrip("/") + "/"), channel)
 
     async def deliver(self, case: HandoffCase) -> str | None:
-        progress = self._progress.get(case.case_id) or await self._post_summary(case)
-        while progress.posted < len(progress.chunks):
-            chunk = progress.chunks[progress.posted]
-            await self._client.chat_postMessage(channel=progress.channel, thread_ts=progress.ts, text=chunk)
-            progress.posted += 1
+        """Outside the outbox: progress is kept in memory, so a retry in this process still resumes."""
+
+        async def remember(progress: str) -> None:
+            self._progress[case.case_id] = progress
+
+        delivery = Delivery(key="", progress=self._progress.get(case.case_id), save=remember)
+        ref = await self.deliver_tracked(case, delivery)
         self._progress.pop(case.case_id, None)
+        return ref
+
+    async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None:
+        """Post what earlier attempts did not: the summary unless saved, then the remaining parts."""
+        progress = _Progress.parse(delivery.progress) or await self._post_summary(case, delivery)
+        chunks = transcript_chunks(case)  # the same parts on every attempt: the case is stored
+        for posted in range(progress.posted, len(chunks)):
+            await self._client.chat_postMessage(channel=progress.channel, thread_ts=progress.ts, text=chunks[posted])
+            await delivery.save(str(_Progress(progress.channel, progress.ts, posted + 1)))
         return f"{progress.channel}/{progress.ts}"
 
-    async def _post_summary(self, case: HandoffCase) -> _Progress:
+    async def _post_summary(self, case: HandoffCase, delivery: Delivery) -> _Progress:
         response = await self._client.chat_postMessage(
             channel=self._channel, text=case.summary_line(), blocks=summary_blocks(case), unfurl_links=False
         )
-        progress = _Progress(str(response["channel"]), str(response["ts"]), chunks=transcript_chunks(case))
-        self._progress[case.case_id] = progress
+        progress = _Progress(str(response["channel"]), str(response["ts"]))
+        await delivery.save(str(progress))  # before the thread: a retry must not post a second summary
         return progress
 
 

@@ -233,6 +233,30 @@ async def test_slack_resumes_the_thread_after_a_failure_without_a_second_summary
     assert len(thread) > 2
 
 
+async def test_slack_retries_from_another_process_resume_the_thread_without_a_second_summary(tmp_path):
+    store = await queued(tmp_path, "slack")
+    async with FakeSlackAPI() as slack:
+        crashed = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
+        real_post, calls = crashed._client.chat_postMessage, []
+
+        async def fail_the_second_post(**kwargs):
+            calls.append(kwargs)
+            if len(calls) == 2:
+                raise SlackApiError("boom", {"ok": False, "error": "internal_error"})
+            return await real_post(**kwargs)
+
+        crashed._client.chat_postMessage = fail_the_second_post  # type: ignore[method-assign]
+        (first,) = await Outbox(store, [crashed], RETRY_SOON).run_once()
+        fresh = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
+        later = Outbox(store, [fresh], RETRY_SOON, clock=lambda: utcnow() + timedelta(seconds=31))
+        (second,) = await later.run_once()
+    await store.close()
+    summary, *thread = slack.calls_to("chat.postMessage")
+    assert (first.status, second.status) == ("retrying", "delivered")
+    assert "thread_ts" not in summary.params and thread and all("thread_ts" in call.params for call in thread)
+    assert "".join(call["text"] for call in thread).startswith("```\n# HD-1001")
+
+
 async def test_slack_errors_are_raised_for_the_outbox_to_record(tmp_path):
     store = await queued(tmp_path, "slack")
     async with FakeSlackAPI() as slack:
