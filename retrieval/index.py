@@ -321,12 +321,7 @@ class PolicyIndex:
             )
             if not gone:
                 report.failures.append(LoadFailure(path, "nothing is indexed from here"))
-            with self._lock:
-                for doc_id in gone:
-                    self._backend.delete_chunks(doc_id)
-            for doc_id in gone:
-                del stored[doc_id]
-            report.removed.extend(gone)
+            self._delete_docs(gone, stored, report)
         self._size_cache = self._sections_cache = None
         report.seconds = time.perf_counter() - started
         return report
@@ -465,12 +460,15 @@ class PolicyIndex:
             doc_id for doc_id, old in stored.items()
             if old.root == root and doc_id not in present and old.file not in failed_files
         )
+        self._delete_docs(gone, stored, report)
+
+    def _delete_docs(self, doc_ids: list[str], stored: dict[str, StoredDoc], report: IndexReport) -> None:
         with self._lock:
-            for doc_id in gone:
+            for doc_id in doc_ids:
                 self._backend.delete_chunks(doc_id)
-        for doc_id in gone:
+        for doc_id in doc_ids:
             del stored[doc_id]
-        report.removed.extend(gone)
+        report.removed.extend(doc_ids)
 
     # -- search ---------------------------------------------------------------------------------
 

@@ -197,6 +197,19 @@ async def test_email_to_a_server_that_stalls_times_out(tmp_path):
 # --- Slack channel ------------------------------------------------------------------------------
 
 
+def fail_the_second_post(destination: SlackChannelDestination) -> None:
+    """Slack answers the destination's second chat.postMessage (the first transcript part) with an error."""
+    real_post, calls = destination._client.chat_postMessage, []
+
+    async def post(**kwargs):
+        calls.append(kwargs)
+        if len(calls) == 2:
+            raise SlackApiError("boom", {"ok": False, "error": "internal_error"})
+        return await real_post(**kwargs)
+
+    destination._client.chat_postMessage = post  # type: ignore[method-assign]
+
+
 async def test_slack_posts_a_summary_and_the_transcript_in_its_thread():
     async with FakeSlackAPI() as slack:
         destination = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
@@ -215,15 +228,7 @@ async def test_slack_resumes_the_thread_after_a_failure_without_a_second_summary
     long_case = HandoffCase(**{**CASE.__dict__, "transcript": {"runs": [{"trace": [STEP] * 200}]}})
     async with FakeSlackAPI() as slack:
         destination = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
-        real_post, calls = destination._client.chat_postMessage, []
-
-        async def fail_the_second_post(**kwargs):
-            calls.append(kwargs)
-            if len(calls) == 2:
-                raise SlackApiError("boom", {"ok": False, "error": "internal_error"})
-            return await real_post(**kwargs)
-
-        destination._client.chat_postMessage = fail_the_second_post  # type: ignore[method-assign]
+        fail_the_second_post(destination)
         with pytest.raises(SlackApiError):
             await destination.deliver(long_case)
         await destination.deliver(long_case)
@@ -237,15 +242,7 @@ async def test_slack_retries_from_another_process_resume_the_thread_without_a_se
     store = await queued(tmp_path, "slack")
     async with FakeSlackAPI() as slack:
         crashed = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
-        real_post, calls = crashed._client.chat_postMessage, []
-
-        async def fail_the_second_post(**kwargs):
-            calls.append(kwargs)
-            if len(calls) == 2:
-                raise SlackApiError("boom", {"ok": False, "error": "internal_error"})
-            return await real_post(**kwargs)
-
-        crashed._client.chat_postMessage = fail_the_second_post  # type: ignore[method-assign]
+        fail_the_second_post(crashed)
         (first,) = await Outbox(store, [crashed], RETRY_SOON).run_once()
         fresh = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
         later = Outbox(store, [fresh], RETRY_SOON, clock=lambda: utcnow() + timedelta(seconds=31))
