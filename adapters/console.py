@@ -19,6 +19,7 @@ from bot.service import DecisionReply, PolicyPal, Reply
 from bot.sweeper import SweepPolicy
 from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
 from bot.wiring import SAMPLE_POLICIES, open_service
+from retrieval.backends import PolicyIndexError
 
 Decide = Literal["confirm", "cancel"] | None
 SERVER_ALIVE = timedelta(seconds=SweepPolicy().stale_after_s)  # a fresher heartbeat: a server sweeps
@@ -216,7 +217,11 @@ async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: st
     """Entry for `policypal ask|chat|decide`: open the service on embedded defaults and run the command."""
     user = UserRef(id=user_id, name=user_id, groups=tuple(args.group))
     ensure_sample_index(settings)
-    service = await open_service(settings, destinations=destinations(settings))
+    try:
+        service = await open_service(settings, destinations=destinations(settings))
+    except PolicyIndexError as exc:  # e.g. `policypal serve` holds the embedded index
+        print(exc, file=sys.stderr)
+        return 1
     try:
         await recover_unless_served(service)
         if args.command == "ask":

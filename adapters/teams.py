@@ -50,11 +50,21 @@ CARD_ACTION = "adaptiveCard/action"
 _RAW_ACTIVITY: contextvars.ContextVar[Json | None] = contextvars.ContextVar("teams_raw_activity", default=None)
 
 
+APP_TYPES = {name.lower(): name for name in ("MultiTenant", "SingleTenant", "UserAssignedMSI")}
+
+
 def auth_mode(settings: Settings) -> AuthMode:
     """Which of the three modes the settings ask for; a half-set credential pair is a config error."""
     app_id = settings.microsoft_app_id
     password = settings.microsoft_app_password.get_secret_value() if settings.microsoft_app_password else ""
-    managed = (settings.microsoft_app_type or "").lower() == "userassignedmsi"
+    app_type = (settings.microsoft_app_type or "MultiTenant").lower()
+    if app_type not in APP_TYPES:
+        raise ConfigError(f"Teams: MicrosoftAppType must be one of {', '.join(APP_TYPES.values())}, "
+                          f"not {settings.microsoft_app_type!r}.")
+    managed = app_type == "userassignedmsi"
+    if app_id and app_type != "multitenant" and not settings.microsoft_app_tenant_id:
+        raise ConfigError(f"Teams: MicrosoftAppType {APP_TYPES[app_type]} needs MicrosoftAppTenantId "
+                          "(the Entra tenant the bot is registered in).")
     if app_id and (password or managed):
         return "credentials"
     if app_id or password:

@@ -66,6 +66,6 @@ class PriceTable:
             raise UnknownPrice(
                 f"No price is known for model {model!r}, and a dollar cap is set. Add it with "
                 f"POLICYPAL_MODEL_PRICES='{{\"{model}\": [USD_PER_1M_INPUT, USD_PER_1M_OUTPUT]}}' "
-                "(use [0, 0] for a self-hosted model), or unset POLICYPAL_MAX_COST_USD."
+                "(use [0, 0] for a self-hosted model): the dollar cap cannot be checked without a price."
             )
         return price

@@ -138,3 +138,9 @@ def test_compose_passes_an_unset_variable_through_as_unset_not_as_an_empty_strin
     blank_defaults = {name for name, value in environment.items() if str(value).endswith(":-}")}
     assert not blank_defaults, blank_defaults
     assert environment["OPENAI_BASE_URL"] is None and environment["OPENAI_API_KEY"] is None
+
+
+def test_every_setting_in_the_env_file_reaches_the_bot_and_teams_defaults_to_multi_tenant():
+    bot = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["bot"]
+    assert bot["env_file"] == ".env"  # tickets, helpdesk, groups, prices: not only the listed variables
+    assert bot["environment"]["MicrosoftAppType"] == "${MicrosoftAppType:-MultiTenant}"  # as docs/teams.md says

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from adapters.console import ask, chat, outcome_json, recover_unless_served
+from bot.cli import main
 from bot.config import Settings
 from bot.db_types import utcnow
 from bot.llm import build_model
@@ -148,3 +149,30 @@ async def test_the_terminal_recovers_an_interrupted_action_only_when_no_server_i
     assert recovered == 1 and record.state == "unknown"
     assert out.getvalue().startswith(f"Pending action {action.id} (create_it_ticket) was interrupted: ")
     assert "HD-1001" in out.getvalue()
+
+
+def test_ask_while_another_process_holds_the_index_is_a_clear_error(tmp_path, sample_index, capsys, monkeypatch):
+    data = tmp_path / "data"
+    held = data / "qdrant"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from retrieval.backend_edge import EdgeBackend; "
+            f"held = EdgeBackend.open(Path({str(held)!r}), 'policies', create=True); "
+            "print('ready', flush=True); time.sleep(60)",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(data))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        code = main(["ask", "What does VPN error NG-412 mean?"])
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"The index at {held} is in use by another process (e.g. `policypal serve`)" in err

@@ -71,6 +71,18 @@ def test_a_half_configured_app_is_a_config_error(tmp_path, fake_openai):
         auth_mode(settings)
 
 
+def test_a_single_tenant_app_needs_its_tenant_and_an_unknown_app_type_is_refused(tmp_path, fake_openai):
+    for app_type in ("SingleTenant", "UserAssignedMSI"):
+        settings = settings_for(tmp_path, fake_openai, microsoft_app_type=app_type, **CREDENTIALS)
+        with pytest.raises(ConfigError, match=f"MicrosoftAppType {app_type} needs MicrosoftAppTenantId"):
+            auth_mode(settings)
+    tenant = settings_for(tmp_path, fake_openai, microsoft_app_type="singletenant", microsoft_app_tenant_id="t-1",
+                          **CREDENTIALS)
+    assert auth_mode(tenant) == "credentials"
+    with pytest.raises(ConfigError, match="MicrosoftAppType must be one of MultiTenant, SingleTenant"):
+        auth_mode(settings_for(tmp_path, fake_openai, microsoft_app_type="Multi", **CREDENTIALS))
+
+
 def test_the_modes(tmp_path, fake_openai):
     assert auth_mode(settings_for(tmp_path, fake_openai)) == "off"
     assert auth_mode(settings_for(tmp_path, fake_openai, teams_allow_unauthenticated=True)) == "unauthenticated"
