@@ -20,21 +20,24 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any, Literal
 
+import jwt
 from aiohttp import web
 from botbuilder.core import CloudAdapterBase, InvokeResponse, TurnContext
 from botbuilder.core.teams import TeamsActivityHandler
 from botbuilder.integration.aiohttp import CloudAdapter, ConfigurationBotFrameworkAuthentication
 from botbuilder.schema import Activity, AdaptiveCardInvokeResponse, ChannelAccount, ConversationReference
 from botframework.connector.aio import ConnectorClient
+from urllib3 import Retry
 
 from adapters.server import SERVICE
 from adapters.teams_activity import parse_tenants
 from adapters.teams_bot import TeamsBot, TeamsOptions
+from adapters.teams_retry import RetryPolicy, with_retries
 from bot.config import ConfigError, Settings
 from bot.identity import GroupMap
 
@@ -127,6 +130,9 @@ class TeamsEndpoint:
         token = _RAW_ACTIVITY.set(raw)
         try:
             response = await self.adapter.process(request, self.handler)
+        except InvalidToken as exc:
+            log.warning("teams: refused an activity with an invalid Bot Framework token: %s", exc)
+            return web.json_response({"error": "invalid Bot Framework token"}, status=401)
         finally:
             _RAW_ACTIVITY.reset(token)
         return response or web.Response(status=HTTPStatus.OK)
@@ -151,9 +157,27 @@ def build_adapter(settings: Settings) -> CloudAdapter:
         APP_TYPE=settings.microsoft_app_type or "MultiTenant",
         APP_TENANTID=settings.microsoft_app_tenant_id or "",
     )
-    adapter = CloudAdapter(ConfigurationBotFrameworkAuthentication(config))
+    adapter = CloudAdapter(_Authentication(config))
     adapter.on_turn_error = _on_turn_error
     return adapter
+
+
+class InvalidToken(Exception):
+    """A Bot Framework token that failed validation: expired, badly signed, or naming an unknown key."""
+
+
+class _Authentication(ConfigurationBotFrameworkAuthentication):
+    """The SDK's request authentication, with its token-validation failures made one recognisable error.
+
+    botframework lets PyJWT's errors through, and an IndexError / KeyError for a token whose ``kid``
+    is unknown or missing; unconverted, aiohttp answers them with a 500 and a traceback.
+    """
+
+    async def authenticate_request(self, activity: Activity, auth_header: str) -> Any:
+        try:
+            return await super().authenticate_request(activity, auth_header)
+        except (jwt.PyJWTError, IndexError, KeyError) as exc:
+            raise InvalidToken(f"{type(exc).__name__}: {exc}") from exc
 
 
 async def _on_turn_error(turn_context: TurnContext, error: Exception) -> None:
@@ -213,20 +237,28 @@ class BotFrameworkConnector:
 
     adapter: CloudAdapter
     app_id: str | None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     async def send(self, reference: Json, activity: Json) -> str:
+        """Post, retrying throttling and overload; a typing indicator gets one try (late, it is useless)."""
+
         async def post(client: ConnectorClient, outgoing: Activity) -> str:
             sent = await client.conversations.send_to_conversation(outgoing.conversation.id, outgoing)
             return str(getattr(sent, "id", "") or "")
 
-        return await self._call(reference, activity, post)
+        if activity.get("type") == "typing":
+            return await self._call(reference, activity, post)
+        return await self._retried(f"posting to {_conversation_id(reference)}", reference, activity, post)
 
     async def update(self, reference: Json, activity_id: str, activity: Json) -> None:
+        """Replace a posted activity, retrying throttling and overload."""
+
         async def put(client: ConnectorClient, outgoing: Activity) -> None:
             outgoing.id = activity_id
             await client.conversations.update_activity(outgoing.conversation.id, activity_id, outgoing)
 
-        await self._call(reference, activity, put)
+        what = f"updating {activity_id} in {_conversation_id(reference)}"
+        await self._retried(what, reference, activity, put)
 
     async def member(self, reference: Json, user_id: str) -> Json | None:
         async def lookup(client: ConnectorClient, outgoing: Activity) -> Json:
@@ -234,6 +266,15 @@ class BotFrameworkConnector:
             return dict(found.serialize(), **(found.additional_properties or {}))
 
         return await self._call(reference, {"type": "message"}, lookup)
+
+    async def _retried(
+        self, what: str, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]
+    ) -> Any:
+        async def once(client: ConnectorClient, outgoing: Activity) -> Any:
+            _without_sdk_retries(client)
+            return await work(client, outgoing)
+
+        return await with_retries(lambda: self._call(reference, activity, once), self.retry, what)
 
     async def _call(
         self, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]
@@ -261,6 +302,21 @@ class BotFrameworkConnector:
         if failed:
             raise failed[0]
         return result[0] if result else None
+
+
+def _without_sdk_retries(client: ConnectorClient) -> None:
+    """Leave retrying to our policy: msrest's urllib3 retries PUTs itself and sleeps any Retry-After, uncapped."""
+
+    def configure(session: Any, global_config: Any, local_config: Any, **kwargs: Any) -> Json:
+        for adapter in session.adapters.values():  # msrest's documented per-request session hook
+            adapter.max_retries = Retry(total=0, status_forcelist=(), raise_on_status=False)
+        return kwargs
+
+    client.config.session_configuration_callback = configure
+
+
+def _conversation_id(reference: Json) -> str:
+    return str((reference.get("conversation") or {}).get("id") or "?")
 
 
 def connector_for(settings: Settings) -> BotFrameworkConnector:

@@ -15,9 +15,9 @@ Every turn is acknowledged at once and the work continues in a background task:
 * **Card clicks** (``adaptiveCard/action``): the decision itself is quick, but ``service.decide`` also
   runs the ticket and then the model. So the click starts ``decide`` in a task and answers the invoke
   as soon as ``decide`` reports the outcome through ``on_result`` (ticket id, cancelled) or returns
-  (refused, expired...), or after ``invoke_wait`` seconds, whichever comes first; the continued run's
-  reply follows in the thread. The clicked card is replaced for the clicker by the invoke answer and
-  for everyone, at the same moment, by an update of the posted card.
+  (refused, expired...), or ``invoke_wait`` seconds after the click (roster lookup included), whichever
+  comes first; the continued run's reply follows in the thread. The clicked card is replaced for the
+  clicker by the invoke answer and for everyone, at the same moment, by an update of the posted card.
 
 Who is asking: the AAD object id and name come with the activity; email (for group mappings and
 tickets) and the guest role come from the conversation roster, fetched once per user and cached. If
@@ -48,6 +48,7 @@ from adapters.teams_activity import (
     user_of,
 )
 from adapters.teams_dedupe import event_id, handled_by_older_release
+from adapters.teams_retry import DeliveryFailed
 from bot.identity import GroupMap
 from bot.pending import PendingRecord
 from bot.service import DecisionReply, PolicyPal, Reply
@@ -196,20 +197,37 @@ class TeamsBot:
         """Answer an ``adaptiveCard/action`` invoke quickly; returns the invoke response body."""
         if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
             return cards.invoke_card(cards.notice_card(cards.REFUSAL_TEXT))
-        action = (activity.get("value") or {}).get("action") or {}
-        verb, data = str(action.get("verb") or ""), action.get("data") or {}
+        verb, data = _action_of(activity)
+        if data is None:
+            log.warning("teams: malformed card action in invoke %s; answered as unavailable", activity.get("id"))
+            return cards.invoke_card(cards.notice_card(NO_LONGER))
         user = user_of(activity, self.options.groups)
         if verb in (cards.CONFIRM, cards.CANCEL):
-            # The full profile (email), usually cached from the question: the ticket names its requester.
-            user = await self._user(activity, reference_of(activity))
-            return await self._decide_click(activity, user, verb, data)
+            deadline = time.monotonic() + self.options.invoke_wait_s  # the whole answer, roster included
+            user = await self._clicker(activity, user)
+            return await self._decide_click(activity, user, verb, data, deadline)
         if verb == cards.FEEDBACK:
             return await self._feedback(user, data)
         if verb == cards.HANDOFF:
             return self._handoff(activity, data)
         return cards.invoke_card(cards.notice_card(NO_LONGER))
 
-    async def _decide_click(self, activity: Activity, user: UserRef, verb: str, data: Json) -> Json:
+    async def _clicker(self, activity: Activity, fallback: UserRef) -> UserRef:
+        """The roster profile (email for the ticket, usually cached) if it comes within half the invoke budget.
+
+        Teams gives up on an invoke after about 5 s. The AAD object id in the activity is all
+        ``decide`` needs (only the requester decides); without the roster the clicker counts as a
+        guest, as in any turn where the roster cannot be read.
+        """
+        wait = self.options.invoke_wait_s / 2
+        try:
+            return await asyncio.wait_for(self._user(activity, reference_of(activity)), wait)
+        except TimeoutError:
+            log.warning("teams: roster lookup for %s took over %.1f s; deciding with the activity's identity",
+                        fallback.id, wait)
+            return replace(fallback, is_guest=True)
+
+    async def _decide_click(self, activity: Activity, user: UserRef, verb: str, data: Json, deadline: float) -> Json:
         pending_id, args_hash = data.get("pending_id"), data.get("args_hash")
         if not isinstance(pending_id, str) or not isinstance(args_hash, str):
             return cards.invoke_card(cards.notice_card("This request no longer exists."))
@@ -217,7 +235,7 @@ class TeamsBot:
         outcome: asyncio.Future[DecisionReply | None] = asyncio.get_running_loop().create_future()
         self._spawn(self._decide(click, outcome))
         try:
-            decided = await asyncio.wait_for(asyncio.shield(outcome), self.options.invoke_wait_s)
+            decided = await asyncio.wait_for(asyncio.shield(outcome), max(deadline - time.monotonic(), 0.0))
         except TimeoutError:
             decided = None  # the card says "Working on it…"; the posted card is updated when it is done
         record = await self.service.pending.get(pending_id)
@@ -278,6 +296,8 @@ class TeamsBot:
         activity = cards.message(None, cards.decided_card(record.as_action(), line))
         try:
             await self.connector.update(where["reference"], where["activity_id"], activity)
+        except DeliveryFailed:
+            log.error("teams: the posted card of %s still shows it open", record.id)  # the cause is logged
         except Exception:
             log.exception("teams: updating the card of %s failed", record.id)
 
@@ -353,6 +373,8 @@ class TeamsBot:
     async def _send_safely(self, reference: Json, activity: Json) -> str | None:
         try:
             return await self.connector.send(reference, activity)
+        except DeliveryFailed:
+            return None  # retried until the budget ran out, and logged with the conversation
         except Exception:
             log.exception("teams: sending to %s failed", (reference.get("conversation") or {}).get("id"))
             return None
@@ -372,6 +394,18 @@ class TeamsBot:
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
+
+
+def _action_of(activity: Activity) -> tuple[str, Json | None]:
+    """The verb and data of an ``Action.Execute`` invoke; data None when the shape is not a card's."""
+    value = activity.get("value")
+    action = value.get("action") if isinstance(value, dict) else None
+    if not isinstance(action, dict):
+        return "", None
+    data = action.get("data")
+    if data is None:
+        data = {}
+    return str(action.get("verb") or ""), data if isinstance(data, dict) else None
 
 
 def _requester_name(record: PendingRecord, user: UserRef) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import logging
 import sys
 import types
 from collections.abc import AsyncIterator
@@ -329,6 +330,63 @@ async def test_a_failed_run_becomes_an_apology_not_silence(teams, monkeypatch):
     await teams.post(teams.channel.personal_message("hello"))
     reply = await teams.reply()
     assert reply.text.startswith("Sorry, something went wrong")
+
+
+# --- a busy connector ----------------------------------------------------------------------------
+
+
+async def test_a_reply_refused_once_with_429_is_sent_after_retry_after(teams):
+    teams.channel.refuse_next(429, retry_after="1")
+    teams.model.script(text("Here is your answer."))
+    started = asyncio.get_running_loop().time()
+    await teams.post(teams.channel.personal_message("Is there a dress code?"))
+    reply = await teams.reply()
+    assert reply.text == "Here is your answer." and len(teams.channel.messages()) == 1
+    assert teams.channel.refused == [("send", 429)]
+    assert asyncio.get_running_loop().time() - started >= 1.0  # Retry-After was honoured
+
+
+@pytest.mark.parametrize("status", [412, 502, 503, 504])
+async def test_the_connector_retries_a_transient_refusal(teams, status):
+    teams.channel.refuse_next(status, times=2)
+    sent = await fast_connector(teams).send(personal_reference(teams), {"type": "message", "text": "hi"})
+    (reply,) = teams.channel.messages()
+    assert sent == reply.id and reply.text == "hi" and teams.channel.refused == [("send", status)] * 2
+
+
+async def test_the_connector_gives_up_in_bounded_time_and_logs_the_conversation(teams, caplog):
+    from adapters.teams_retry import DeliveryFailed
+
+    teams.channel.refuse_next(429, times=10, retry_after="60")  # capped at max_wait_s
+    connector, reference = fast_connector(teams), personal_reference(teams)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(DeliveryFailed):
+        await connector.update(reference, "out-7", {"type": "message", "text": "decided"})
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert teams.channel.refused == [("update", 429)] * 3 and teams.channel.updates == []
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert reference["conversation"]["id"] in error.getMessage() and "429" in error.getMessage()
+
+
+async def test_a_refusal_that_cannot_change_is_not_retried(teams):
+    teams.channel.refuse_next(403, times=2)
+    with pytest.raises(Exception, match="fake refusal"):
+        await fast_connector(teams).send(personal_reference(teams), {"type": "message", "text": "hi"})
+    assert teams.channel.refused == [("send", 403)]
+
+
+def fast_connector(teams: Teams) -> teams_module.BotFrameworkConnector:
+    """The production connector with a retry budget small enough for a test."""
+    from adapters.teams_retry import RetryPolicy
+
+    policy = RetryPolicy(attempts=3, first_s=0.05, max_wait_s=0.1, total_s=2.0)
+    return teams_module.BotFrameworkConnector(teams_module.build_adapter(teams.settings), None, retry=policy)
+
+
+def personal_reference(teams: Teams) -> dict[str, Any]:
+    from adapters.teams_activity import reference_of
+
+    return reference_of(teams.channel.personal_message("hello"))
 
 
 # --- install -----------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -312,3 +313,60 @@ async def test_without_a_helpdesk_service_the_user_gets_the_run_reference(teams,
     told = await teams.reply(count=2)
     (run,) = await teams.service.store.list_runs()
     assert run.id in told.text
+
+
+# --- a busy connector, a malformed click, a slow roster ----------------------------------------------
+
+
+async def test_a_ticket_card_and_its_update_refused_once_are_still_delivered(teams):
+    teams.channel.refuse_next(503)
+    teams.model.script(propose(), text("Raised."))
+    posted, card = await card_in_channel(teams)  # the card is posted and where it went is stored
+    teams.channel.refuse_next(412)
+    decided = await click(teams, posted, "confirm", card)
+    update = await teams.channel.wait_for(lambda r: r.kind == "update")
+    assert update.activity_id == posted.id and update.cards == [decided]
+    assert teams.channel.refused == [("send", 503), ("update", 412)]
+
+
+async def test_a_malformed_card_action_gets_the_no_longer_available_card(teams):
+    on = Recorded("send", "a:personal-29:alice", None, {}, {}, "out-1")
+    invokes = [teams.channel.card_action("confirm", data, on=on) for data in ("not-a-dict", ["x"])]
+    invokes += [teams.channel.card_action("confirm", {}, on=on) for _ in range(2)]
+    invokes[2]["value"] = "a string value"
+    invokes[3]["value"] = {"action": ["not", "an", "action"]}
+    for invoke in invokes:
+        status, body = await teams.post(invoke)
+        assert status == 200 and body["statusCode"] == 200, body
+        assert card_text(body["value"]) == "This button is no longer available."
+    assert await teams.service.store.find_pending("open") == [] and teams.model.requests == []
+
+
+async def test_a_slow_roster_does_not_hold_up_the_answer_to_a_click(tmp_path, fake_openai, sample_index, monkeypatch):
+    import adapters.teams as teams_module
+    from tests.fakes.bot_connector import FakeBotConnector
+
+    built = teams_module.options_from  # no profile cache: the click looks the roster up again
+    monkeypatch.setattr(teams_module, "options_from", lambda s: replace(built(s), profile_ttl_s=0.0))
+    released, member = asyncio.Event(), FakeBotConnector._member
+
+    async def slow_member(self, request):
+        if slow:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), 8.0)
+        return await member(self, request)
+
+    monkeypatch.setattr(FakeBotConnector, "_member", slow_member)
+    slow = False
+    async for teams in running_teams(tmp_path, fake_openai, sample_index, monkeypatch, invoke_wait_s=2.0):
+        teams.model.script(propose(), text("Raised."))
+        posted, card = await card_in_channel(teams)
+        slow = True
+        started = time.monotonic()
+        decided = await click(teams, posted, "confirm", card)
+        answered_in = time.monotonic() - started
+        released.set()
+        assert answered_in < 3.0  # Teams gives up after about 5 s
+        assert "Only" not in card_text(decided)  # decided as Alice, by her AAD id from the activity
+        assert (await teams.reply(count=2)).text == "Raised."
+        assert (await teams.service.store.get_ticket(1))["requester_id"] == ALICE["aadObjectId"]

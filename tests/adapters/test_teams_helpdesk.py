@@ -96,14 +96,17 @@ async def test_without_teams_credentials_the_destination_cannot_be_built():
 
 @dataclass
 class ThreadRefusingConnector(FakeBotConnector):
-    """Teams answering 503 to the first ``refusals`` posts in a reply chain (the transcript)."""
+    """Teams answering 500 to the first ``refusals`` posts in a reply chain (the transcript).
+
+    500, not 503: the connector itself retries throttling and overload; this is a failure for the outbox.
+    """
 
     refusals: int = 0
 
     async def _send(self, request: web.Request) -> web.Response:
         if ";messageid=" in unquote(request.match_info["conversation"]) and self.refusals:
             self.refusals -= 1
-            return web.json_response({"error": {"code": "ServiceUnavailable", "message": "busy"}}, status=503)
+            return web.json_response({"error": {"code": "InternalServerError", "message": "broken"}}, status=500)
         return await super()._send(request)
 
 

@@ -76,6 +76,8 @@ class FakeBotConnector(LoopbackServer):
     """The channel side of the Bot Framework protocol on 127.0.0.1."""
 
     fail_status: int | None = None  # answer every bot call with this status (for delivery failures)
+    refusal_queue: list[tuple[int, str | None]] = field(default_factory=list)  # see refuse_next
+    refused: list[tuple[str, int]] = field(default_factory=list)  # (kind, status) of each refused call
     roster: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(ROSTER))
     recorded: list[Recorded] = field(default_factory=list)
     member_lookups: list[tuple[str, str]] = field(default_factory=list)
@@ -95,6 +97,10 @@ class FakeBotConnector(LoopbackServer):
     def service_url(self) -> str:
         """What activities carry as ``serviceUrl`` (with the trailing slash Teams sends)."""
         return f"http://127.0.0.1:{self._port}/"
+
+    def refuse_next(self, status: int, *, times: int = 1, retry_after: str | None = None) -> None:
+        """Answer the next ``times`` message posts or updates (typing passes) with ``status``, as a busy channel."""
+        self.refusal_queue.extend([(status, retry_after)] * times)
 
     # --- what the bot sent -----------------------------------------------------------------------
 
@@ -204,6 +210,12 @@ class FakeBotConnector(LoopbackServer):
         if self.fail_status is not None:
             return web.json_response({"error": {"code": "Failed", "message": "fake failure"}}, status=self.fail_status)
         body = await request.json()
+        if self.refusal_queue and body.get("type") != "typing":
+            status, retry_after = self.refusal_queue.pop(0)
+            self.refused.append((kind, status))
+            headers = {"Retry-After": retry_after} if retry_after is not None else None
+            error = {"error": {"code": "Throttled", "message": "fake refusal"}}
+            return web.json_response(error, status=status, headers=headers)
         new_id = activity_id if kind == "update" else f"out-{next(self._ids)}"
         conversation = unquote(request.match_info["conversation"])
         headers = {k.lower(): v for k, v in request.headers.items()}
