@@ -178,6 +178,9 @@ class Outbox:
         except asyncio.CancelledError:
             await asyncio.shield(self._failed(row, attempt, "interrupted by shutdown", final=False))
             raise
+        except ClaimLost:  # we were presumed dead and another worker carries on: nothing of ours to record
+            log.warning("handoff %s to %s: taken over by another worker mid-delivery", case.case_id, row.destination)
+            return None
         except Exception as exc:
             return await self._failed(row, attempt, _describe(exc), final=attempt >= self.policy.max_attempts)
         settled = await self._store.settle_delivery(

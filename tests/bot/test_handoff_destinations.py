@@ -254,6 +254,28 @@ async def test_slack_retries_from_another_process_resume_the_thread_without_a_se
     assert "".join(call["text"] for call in thread).startswith("```\n# HD-1001")
 
 
+async def test_a_delivery_taken_over_mid_way_stops_and_records_nothing_over_the_new_claim(tmp_path):
+    store = await queued(tmp_path, "slack")
+    async with FakeSlackAPI() as slack:
+        slow = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
+        real_post = slow._client.chat_postMessage
+
+        async def post_then_lose_the_claim(**kwargs):  # we stalled so long that another worker took over
+            response = await real_post(**kwargs)
+            (row,) = await store.deliveries([1])
+            later = utcnow() + timedelta(hours=1)
+            assert await store.claim_delivery(row.id, "other-worker", later, later) == 2
+            return response
+
+        slow._client.chat_postMessage = post_then_lose_the_claim  # type: ignore[method-assign]
+        results = await Outbox(store, [slow], RETRY_SOON).run_once()
+        (row,) = await store.deliveries([1])
+    await store.close()
+    assert results == []  # neither "retrying" nor "delivered": the other worker reports it
+    assert (row.state, row.claimed_by, row.attempts, row.external_ref) == ("sending", "other-worker", 2, None)
+    assert len(slack.calls_to("chat.postMessage")) == 1  # it stopped at the summary
+
+
 async def test_slack_errors_are_raised_for_the_outbox_to_record(tmp_path):
     store = await queued(tmp_path, "slack")
     async with FakeSlackAPI() as slack:
