@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -45,7 +46,8 @@ TICKET_DESCRIPTION = (
 )
 
 
-def search_tool(searcher: Searcher, *, top_k: int = 5) -> Tool:
+def search_tool(searcher: Searcher, *, top_k: int = 5, sections: Sequence[str] = ()) -> Tool:
+    """The search tool; ``sections`` (the index's, at start) are offered by name, and none means no filter."""
     async def handler(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         scope = SearchFilter(section=arguments.get("section"), groups=ctx.user.groups)
         notes = []
@@ -59,18 +61,16 @@ def search_tool(searcher: Searcher, *, top_k: int = 5) -> Tool:
         result: dict[str, Any] = {"results": [_passage_result(p) for p in passages]}
         return result | {"note": " ".join(notes)} if notes else result
 
-    parameters = {
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 2, "maxLength": 300, "description": "what to look for"},
-            "section": {
-                "type": "string",
-                "description": "optional: only this policy section, when the user names one",
-            },
-        },
-        "required": ["query"],
-        "additionalProperties": False,
+    properties: dict[str, Any] = {
+        "query": {"type": "string", "minLength": 2, "maxLength": 300, "description": "what to look for"},
     }
+    if sections:  # a guessed section would only be searched past, so the model is told the real ones
+        listed = ", ".join(sections)
+        properties["section"] = {
+            "type": "string",
+            "description": f"optional: only this policy section ({listed}), when the user names one",
+        }
+    parameters = {"type": "object", "properties": properties, "required": ["query"], "additionalProperties": False}
     return Tool(SEARCH_TOOL, SEARCH_DESCRIPTION, parameters, Consequence.READ, handler)
 
 
@@ -105,9 +105,15 @@ def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool
 
 
 def policy_tools(
-    searcher: Searcher, tickets: TicketBackend, *, top_k: int = 5, guests_may_write: bool = False
+    searcher: Searcher,
+    tickets: TicketBackend,
+    *,
+    top_k: int = 5,
+    guests_may_write: bool = False,
+    sections: Sequence[str] = (),
 ) -> ToolRegistry:
-    return ToolRegistry([search_tool(searcher, top_k=top_k), ticket_tool(tickets, guests_allowed=guests_may_write)])
+    search = search_tool(searcher, top_k=top_k, sections=sections)
+    return ToolRegistry([search, ticket_tool(tickets, guests_allowed=guests_may_write)])
 
 
 def _passage_result(passage: Passage) -> dict[str, Any]:

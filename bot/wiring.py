@@ -62,7 +62,10 @@ def agent_deps(settings: Settings, model: ChatModel, searcher: Searcher, tickets
     )
     return AgentDeps(
         model=model,
-        tools=policy_tools(searcher, tickets, top_k=settings.top_k, guests_may_write=settings.guests_may_write),
+        tools=policy_tools(
+            searcher, tickets, top_k=settings.top_k, guests_may_write=settings.guests_may_write,
+            sections=_sections(searcher),
+        ),
         budgets=budgets(settings),
         price=price or prices.lookup("policypal-offline"),  # type: ignore[arg-type]
         settings=loop,
@@ -176,6 +179,12 @@ def _warn_if_destinations_configured(settings: Settings) -> None:
         log.warning("helpdesk destinations configured (%s) but none passed to open_service", ", ".join(configured))
 
 
+def _sections(searcher: Searcher) -> list[str]:
+    """The index's sections at start, for the search tool's schema; a searcher without them has none."""
+    sections = getattr(searcher, "sections", None)
+    return list(sections()) if callable(sections) else []
+
+
 class OwnedIndex:
     """A PolicyIndex the service opened itself, so the service also closes it (releasing its lock)."""
 
@@ -184,6 +193,9 @@ class OwnedIndex:
 
     async def asearch(self, query: str, k: int = 5, filter: Any = None) -> Any:
         return await self._index.asearch(query, k, filter)
+
+    def sections(self) -> list[str]:
+        return self._index.sections()
 
     async def ping(self) -> int:
         """Chunks in the index: one cheap call that proves the index (or the Qdrant server) answers."""

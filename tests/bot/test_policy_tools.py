@@ -8,6 +8,8 @@ from bot.policy_tools import search_tool
 from bot.tools import ToolContext
 from bot.types import UserRef
 from retrieval.index import PolicyIndex
+from tests.bot.helpers import ask, service
+from tests.fakes.openai_server import text
 
 pytestmark = pytest.mark.asyncio
 
@@ -39,3 +41,27 @@ async def test_nothing_found_says_so(sample_index: PolicyIndex) -> None:
     result = await search_tool(sample_index).handler({"query": "best lasagna recipe in town"}, CONTEXT)
 
     assert result == {"results": [], "note": "Nothing relevant found in the policy documents."}
+
+
+async def test_the_model_is_offered_the_indexs_own_sections(tmp_path, fake_openai, sample_index) -> None:
+    fake_openai.script(text("Twenty-five days."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        await ask(svc, "how many days of annual leave do I get")
+    (search,) = [t for t in fake_openai.requests[0].tools if t["function"]["name"] == "search_policies"]
+    section = search["function"]["parameters"]["properties"]["section"]
+    assert "(Facilities, Finance, IT, People, Security)" in section["description"]
+
+
+async def test_an_index_without_sections_offers_no_section_filter(tmp_path, fake_openai) -> None:
+    class NoSections:
+        async def asearch(self, query: str, k: int = 5, filter: object = None) -> list[object]:
+            return []
+
+        def sections(self) -> list[str]:
+            return []
+
+    fake_openai.script(text("It is not in the policy."))
+    async with service(tmp_path, fake_openai, NoSections()) as svc:
+        await ask(svc, "how many days of annual leave do I get")
+    (search,) = [t for t in fake_openai.requests[0].tools if t["function"]["name"] == "search_policies"]
+    assert set(search["function"]["parameters"]["properties"]) == {"query"}
