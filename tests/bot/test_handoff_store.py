@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.handoff import Helpdesk
+from bot.handoff import Helpdesk, case_number
 from bot.records import Place
 from bot.store import Store
 from bot.types import UserRef
@@ -63,6 +63,6 @@ async def test_two_processes_opening_the_same_case_get_one_case_and_one_outbox_r
         )
 
     cases = await asyncio.gather(*(open_on(store if n % 2 else second_store) for n in range(6)))
-    assert {c.case_id for c in cases} == {"HD-1001"}
-    assert len(await store.deliveries([1])) == 1
+    (case_id,) = {c.case_id for c in cases}  # one case; its number may skip one a loser drew on PostgreSQL
+    assert len(await store.deliveries([case_number(case_id)])) == 1
     assert len(await store.list_handoffs()) == 1
