@@ -136,7 +136,8 @@ def sweep_policy(settings: Settings) -> SweepPolicy:
     return SweepPolicy(
         interval_s=settings.sweep_interval_s,
         stale_after_s=settings.worker_stale_s,
-        max_run_s=settings.deadline_s + RUN_MARGIN_S,
+        # A run is recorded before it waits for a slot, so its age includes that wait.
+        max_run_s=settings.busy_wait_s + settings.deadline_s + RUN_MARGIN_S,
     )
 
 

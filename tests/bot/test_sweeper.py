@@ -19,8 +19,9 @@ from bot.records import PendingRecord, Place
 from bot.store import Store
 from bot.sweeper import Sweeper
 from bot.types import GaveUp, TerminationReason
+from bot.wiring import sweep_policy
 from tests.bot.conftest import Database
-from tests.bot.helpers import ask, eventually, left_executing_by_a_crash, service
+from tests.bot.helpers import ask, eventually, left_executing_by_a_crash, service, settings_for
 from tests.fakes.openai_server import delay, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
@@ -181,3 +182,14 @@ async def test_an_action_cut_off_by_a_crash_is_told_to_its_requester_after_a_res
     assert report.unknown_actions == [action.id] and record.state == "unknown"
     ((place, notice),) = notifier.notices
     assert place.key == record.conversation_key and notice.case_id == "HD-1001"
+
+
+
+async def test_a_run_of_ours_that_waited_long_for_a_slot_is_not_taken_for_dead(tmp_path, fake_openai):
+    settings = settings_for(tmp_path, fake_openai, busy_wait_s=90.0, deadline_s=20.0)
+    notifier = RecordingNotifier()
+    async with service(tmp_path, fake_openai, NoPassages()) as svc:
+        await start_run(svc.store, "run_queued", THIS_PROCESS)  # recorded, waiting for a slot: not in flight yet
+        waited = utcnow() + timedelta(seconds=90 + 20)  # past deadline + margin alone, within wait + deadline
+        report = await sweeper(svc, notifier, policy=sweep_policy(settings), clock=lambda: waited).sweep_once()
+    assert report.recovered_runs == [] and notifier.notices == []
