@@ -183,7 +183,7 @@ class Helpdesk:
         self._store = store
         self.destinations = tuple(destinations)
         self._budgets = budgets or Budgets()
-        self._redactor = redactor or Redactor()
+        self.redactor = redactor or Redactor()
         self._limits = limits or TranscriptLimits()
         self._reply_within = reply_within
         self.on_created = on_created  # the outbox's wake-up, so delivery starts at once
@@ -217,9 +217,9 @@ class Helpdesk:
             "link": link or place.link,
             "conversation_key": conversation_key,
             "run_id": run_id,
-            "question": self._redactor.text(question),
+            "question": self.redactor.text(question),
             "reply_within": self._reply_within,
-            "transcript": self._redactor.value(transcript),
+            "transcript": self.redactor.value(transcript),
         }
         record, created = await self._store.create_handoff(origin, fields, self.destinations)
         case = HandoffCase.from_record(record)

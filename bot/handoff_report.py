@@ -15,6 +15,7 @@ from bot.handoff import Destination, HandoffCase, case_number
 from bot.outbox import DeliveryResult
 from bot.records import DeliveryRecord, HandoffRecord
 from bot.store import Store
+from bot.unicode_text import terminal_safe
 from bot.wiring import helpdesk_for
 
 DestinationFactory = Callable[[Settings], Sequence[Destination]]
@@ -50,7 +51,7 @@ async def _list(store: Store, limit: int, failed: bool, as_json: bool, out: Text
         rows = [_row_json(c, by_case[c.number]) for c in cases]
         out.write(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
     else:
-        out.write(_table(cases, by_case, failed))
+        out.write(terminal_safe(_table(cases, by_case, failed)))
     return 0
 
 
@@ -66,7 +67,7 @@ async def _show(store: Store, case_id: str, as_json: bool, out: TextIO) -> int:
         data = {**case.to_json(), "deliveries": [_delivery_json(d) for d in deliveries]}
         out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     else:
-        out.write(case.to_markdown() + "\n## Deliveries\n\n" + _deliveries_text(deliveries))
+        out.write(terminal_safe(case.to_markdown() + "\n## Deliveries\n\n" + _deliveries_text(deliveries)))
     return 0
 
 

@@ -100,6 +100,7 @@ class PolicyPal:
         self.admission = admission  # None: no rate limit and no cap (tests, the console)
         self.metrics = metrics or Metrics()
         self.inflight = InFlight()  # what a graceful shutdown drains
+        self.redactor = self.helpdesk.redactor  # traces are read by operators: no pasted secrets in them
 
     async def handle_message(self, inbound: Inbound, cancel: asyncio.Event | None = None) -> Reply | None:
         """Run the agent for one message; None when the event was already handled (a platform retry).
@@ -134,8 +135,8 @@ class PolicyPal:
     async def _begin(self, state: RunState, platform: str, question: str) -> None:
         """Record the run as running: from here on, if this process dies, a sweeper answers the user."""
         await self.store.start_run(
-            state.run_id, state.conversation_key, platform, state.user.id, question, self.deps.model.name,
-            PROCESS_OWNER,
+            state.run_id, state.conversation_key, platform, state.user.id, self.redactor.text(question),
+            self.deps.model.name, PROCESS_OWNER,
         )
 
     def _refuse(self, inbound: Inbound, reason: RefusalReason, text: str) -> Reply:
@@ -359,7 +360,7 @@ class PolicyPal:
             output_tokens=spent.output_tokens,
             cost_usd=spent.cost_usd,
             latency_ms=result.trace.latency_ms,
-            trace=result.trace.step_dicts(),
+            trace=self.redactor.value(result.trace.step_dicts()),
         )
 
 

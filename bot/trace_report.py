@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from bot.config import Settings
 from bot.records import RunRow
 from bot.store import Store
+from bot.unicode_text import terminal_safe
 
 
 async def show_traces(
@@ -19,13 +20,13 @@ async def show_traces(
     try:
         if run_id is None:
             runs = await store.list_runs(limit)
-            out.write(_json([_summary(r) for r in runs]) if as_json else _table(runs))
+            out.write(_json([_summary(r) for r in runs]) if as_json else terminal_safe(_table(runs)))
             return 0
         run = await store.get_run(run_id)
         if run is None:
             out.write(f"No run {run_id}.\n")
             return 1
-        out.write(_json({**_summary(run), "steps": run.trace}) if as_json else _detail(run))
+        out.write(_json({**_summary(run), "steps": run.trace}) if as_json else terminal_safe(_detail(run)))
         return 0
     finally:
         await store.close()

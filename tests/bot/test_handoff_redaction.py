@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from adapters.slack_helpdesk import MAX_THREAD_MESSAGES, transcript_chunks
 from bot.handoff import asks_for_human
 from bot.redaction import REDACTED, Redactor, bounded
+from tests.bot.helpers import ask, service
 from tests.bot.test_handoff_destinations import CASE, STEP
+from tests.fakes.openai_server import text as answer
+from tests.fakes.openai_server import tool_calls
 
 
 def test_configured_secret_values_are_redacted_wherever_they_appear():
@@ -120,3 +124,14 @@ def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
         assert asks_for_human(text), text
     for text in ("what is the human resources policy?", "who approves travel?", "how do I reset my password"):
         assert not asks_for_human(text), text
+
+
+async def test_traces_keep_no_secret_a_user_pasted(tmp_path, fake_openai, sample_index):
+    pasted = "vpn fails, my password: Sup3rS3cret!9 and token xoxb-1234567890-abcdefghij"
+    fake_openai.script(tool_calls(("search_policies", {"query": pasted})), answer("Use the VPN guide."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, pasted)
+        row = await svc.store.get_run(reply.run_id)
+    stored = json.dumps([row.question, row.trace])
+    assert "Sup3rS3cret!9" not in stored and "xoxb-1234567890" not in stored
+    assert row.question.startswith("vpn fails, my password: [redacted]")
