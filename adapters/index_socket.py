@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,11 @@ async def _start(path: Path, index_paths: IndexPaths) -> web.AppRunner | None:
     await runner.setup()
     try:
         _remove(path)  # left by a server that was killed; we hold the index lock, so it is not live
-        await web.UnixSite(runner, str(path)).start()
+        previous = os.umask(0o077)  # born owner-only: no moment in which another user could connect
+        try:
+            await web.UnixSite(runner, str(path)).start()
+        finally:
+            os.umask(previous)
         _owner_only(path)
     except OSError as exc:  # e.g. a file system without sockets: serving matters more than this
         log.warning("cannot listen on %s (%s); `policypal index` will say the index is in use", path, exc)
@@ -132,6 +137,9 @@ def forward_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, remove: 
     path = socket_path(cfg)
     if cfg.qdrant_url or not path.exists():
         return None
+    if problem := _untrusted(path):  # someone else's socket would receive our paths and could lie back
+        return Forwarded(error=f"Refusing the index socket {path}: {problem}. Remove it if no `policypal serve` "
+                               "of yours is running, and keep POLICYPAL_DATA_DIR private to its user.")
     connection = _UnixConnection(path)
     try:
         body = json.dumps({"paths": [real_path(p) for p in paths], "remove": remove})
@@ -149,6 +157,18 @@ def forward_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, remove: 
         error = str(answer.get("error") or f"the server answered {response.status}")
         return Forwarded(failures=failures, error=error)
     return Forwarded(text=str(answer.get("text", "")), failures=failures, ok=bool(answer.get("ok")))
+
+
+def _untrusted(path: Path) -> str | None:
+    """Why a socket is not the one our own server made (owner-only, ours), or None when it is."""
+    info = os.lstat(path)
+    if not stat.S_ISSOCK(info.st_mode):
+        return "it is not a socket"
+    if info.st_uid != os.getuid():
+        return f"it belongs to user id {info.st_uid}, not to you"
+    if info.st_mode & 0o077:
+        return f"others may use it (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
 
 
 class _UnixConnection(http.client.HTTPConnection):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import stat
 from collections.abc import AsyncIterator
@@ -115,6 +116,7 @@ async def test_a_socket_left_by_a_killed_server_is_ignored_and_the_cli_indexes_i
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(socket_path(cfg)))  # bound, never listening, never unlinked: as a SIGKILL leaves it
     stale.close()
+    socket_path(cfg).chmod(0o600)  # as our server made it
 
     assert forward_index(cfg, [tmp_path / "policies"]) is None
     assert await asyncio.to_thread(_index, settings, [str(write(tmp_path / "more", "bikes.md", BIKES))]) == 0
@@ -161,9 +163,42 @@ async def test_an_unreadable_answer_on_the_socket_is_reported_not_a_traceback(tm
     runner = web.AppRunner(app)
     await runner.setup()
     await web.UnixSite(runner, str(path)).start()
+    path.chmod(0o600)  # ours, as the server makes it
     try:
         code = await asyncio.to_thread(_index, settings, [str(write(tmp_path / "more", "bikes.md", BIKES))])
     finally:
         await runner.cleanup()
     assert code == 1
     assert "gave an unreadable answer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("planted", ["open to others", "another user's"])
+async def test_a_socket_we_did_not_make_is_refused_and_gets_no_paths(tmp_path, fake_openai, planted, capsys):
+    settings = settings_for(tmp_path, fake_openai)
+    cfg = settings.retrieval()
+    assert run_index(cfg, [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    received: list[bytes] = []
+
+    async def impostor(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        body = b'{"text": "Indexed!", "ok": true}'
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(impostor, path=str(socket_path(cfg)))
+    if planted == "open to others":
+        socket_path(cfg).chmod(0o666)
+    else:
+        socket_path(cfg).chmod(0o600)
+        os.chown(socket_path(cfg), 12345, -1)  # we run tests as root, so we can hand it to another user
+    try:
+        more = write(tmp_path / "secret-hr", "bonus.md", BIKES)
+        code = await asyncio.to_thread(_index, settings, [str(more)])
+    finally:
+        server.close()
+        await server.wait_closed()
+    err = capsys.readouterr().err
+    assert code == 1 and received == []
+    assert f"Refusing the index socket {socket_path(cfg)}: " in err
