@@ -79,7 +79,7 @@ class SlackChannelDestination:
 
     async def _post_summary(self, case: HandoffCase, delivery: Delivery) -> _Progress:
         response = await self._client.chat_postMessage(
-            channel=self._channel, text=case.summary_line(), blocks=summary_blocks(case), unfurl_links=False
+            channel=self._channel, text=_escape(case.summary_line()), blocks=summary_blocks(case), unfurl_links=False
         )
         progress = _Progress(str(response["channel"]), str(response["ts"]))
         await delivery.save(str(progress))  # before the thread: a retry must not post a second summary
