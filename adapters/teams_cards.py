@@ -184,16 +184,33 @@ def outcome_line(state: str, result: Json | None, who: str, expires_at: datetime
 
 
 def _pending_body(action: PendingAction) -> list[Json]:
-    facts = [
-        {"title": title, "value": str(action.arguments[name])}
+    """The frozen arguments exactly as they will run, in TextRuns: Adaptive Cards read a TextBlock or a
+    FactSet as Markdown, so a model-written ``**Approved**`` or ``[verify](https://evil)`` would format
+    itself or hide a link there; a TextRun is shown as typed."""
+    body = [text_block("Create an IT ticket?", weight="Bolder", size="Medium")]
+    if action.text:
+        body.append(plain_block(action.text))
+    body += [
+        plain_block(str(action.arguments[name]), label=title)
         for name, title in FACT_FIELDS
         if action.arguments.get(name) not in (None, "")
     ]
-    body = [text_block("Create an IT ticket?", weight="Bolder", size="Medium")]
-    if action.text:
-        body.append(text_block(action.text))
-    body.append({"type": "FactSet", "facts": facts})
     return body
+
+
+def plain_block(text: str, *, label: str | None = None) -> Json:
+    """Text shown literally (never Markdown), after an optional bold label."""
+    runs: list[Json] = [{"type": "TextRun", "text": f"{label}: ", "weight": "Bolder"}] if label else []
+    return {"type": "RichTextBlock", "inlines": [*runs, {"type": "TextRun", "text": text}]}
+
+
+def card_fields(card: Json) -> dict[str, str]:
+    """The labelled values of a ticket card, as the requester sees them (for logs and tests)."""
+    return {
+        block["inlines"][0]["text"].removesuffix(": "): block["inlines"][1]["text"]
+        for block in card.get("body", [])
+        if block.get("type") == "RichTextBlock" and len(block["inlines"]) == 2
+    }
 
 
 def _when(moment: datetime) -> str:

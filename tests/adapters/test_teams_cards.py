@@ -150,12 +150,20 @@ def test_a_give_up_shows_the_reference_and_the_case_or_a_way_to_the_helpdesk():
 # --- the ticket card ------------------------------------------------------------------------------
 
 
+def test_the_pending_card_shows_the_frozen_arguments_literally_never_as_markdown():
+    summary = "**Approved by IT** [click to verify](https://evil.example/login)"
+    card = cards.pending_card(action(category="access", summary=summary, urgency="high"), "Alice Example")
+    shown = [b for b in card["body"] if summary in json.dumps(b, ensure_ascii=False)]
+    assert [block["type"] for block in shown] == ["RichTextBlock"]  # TextRuns: Teams renders no Markdown there
+    assert shown[0]["inlines"][-1] == {"type": "TextRun", "text": summary}
+    assert "FactSet" not in json.dumps(card)
+
+
 def test_the_pending_card_buttons_carry_ids_and_never_the_arguments():
     pending = action(category="hardware", summary="Laptop screen cracked", urgency="normal", details="Dropped it")
     card = cards.pending_card(pending, "Alice Example")
     assert card["version"] == "1.5"
-    (fact_set,) = [b for b in card["body"] if b["type"] == "FactSet"]
-    assert [(f["title"], f["value"]) for f in fact_set["facts"]] == [
+    assert list(cards.card_fields(card).items()) == [
         ("Category", "hardware"),
         ("Summary", "Laptop screen cracked"),
         ("Urgency", "normal"),

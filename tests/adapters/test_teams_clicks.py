@@ -12,6 +12,7 @@ from typing import Any
 import pytest_asyncio
 from aiohttp import web
 
+from adapters import teams_cards as cards
 from adapters.server import build_app
 from adapters.teams_cards import CARD_CONTENT_TYPE
 from bot.db_types import utcnow
@@ -60,12 +61,13 @@ async def click(teams: Teams, posted: Recorded, verb: str, card: dict[str, Any],
 
 
 def card_text(card: dict[str, Any]) -> str:
-    return " ".join(block.get("text", "") for block in card["body"])
+    """Every text on the card, TextBlocks and the TextRuns of RichTextBlocks alike."""
+    runs = [[block.get("text", "")] + [run["text"] for run in block.get("inlines", [])] for block in card["body"]]
+    return " ".join(text for texts in runs for text in texts if text)
 
 
 def facts(card: dict[str, Any]) -> dict[str, str]:
-    (fact_set,) = [block for block in card["body"] if block["type"] == "FactSet"]
-    return {fact["title"]: fact["value"] for fact in fact_set["facts"]}
+    return cards.card_fields(card)
 
 
 # --- the card -------------------------------------------------------------------------------------
