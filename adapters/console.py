@@ -16,13 +16,11 @@ from bot.db_types import utcnow
 from bot.handoff import case_number
 from bot.outbox import DeliveryResult
 from bot.service import DecisionReply, PolicyPal, Reply
-from bot.sweeper import SweepPolicy
 from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
 from bot.wiring import SAMPLE_POLICIES, open_service
 from retrieval.backends import PolicyIndexError
 
 Decide = Literal["confirm", "cancel"] | None
-SERVER_ALIVE = timedelta(seconds=SweepPolicy().stale_after_s)  # a fresher heartbeat: a server sweeps
 DELIVERY_WAIT_S = 10.0  # the terminal waits this long for the helpdesk; failures stay in the outbox
 
 
@@ -223,7 +221,7 @@ async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: st
         print(exc, file=sys.stderr)
         return 1
     try:
-        await recover_unless_served(service)
+        await recover_unless_served(service, timedelta(seconds=settings.worker_stale_s))
         if args.command == "ask":
             choice: Decide = "confirm" if args.yes else "cancel" if args.no else None
             return await ask(service, args.question, user, answer_pending=choice, as_json=args.json)
@@ -234,14 +232,14 @@ async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: st
         await service.close()
 
 
-async def recover_unless_served(service: PolicyPal, out: TextIO = sys.stderr) -> int:
+async def recover_unless_served(service: PolicyPal, alive_within: timedelta, out: TextIO = sys.stderr) -> int:
     """Mark actions a dead process left executing as unknown, and say so, when no server is alive.
 
     A live server's sweeper recovers them and tells each requester in their own chat; a terminal
     that did it instead would leave a Slack or Teams user uninformed. Returns how many it recovered.
     """
     now = utcnow()
-    if any(now - beat < SERVER_ALIVE for beat in (await service.store.heartbeats()).values()):
+    if any(now - beat < alive_within for beat in (await service.store.heartbeats()).values()):  # as the sweeper judges
         return 0
     recovered = await service.recover()
     for record, case in recovered:

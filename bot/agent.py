@@ -124,13 +124,12 @@ async def _loop(
             return _give_up(state, trace, TerminationReason.CANCELLED, CANCELLED_MESSAGE)
         if meter.tokens(state.messages) >= deps.settings.compact_at_tokens:
             await _compact(deps, state, budget, trace)
+        first_after_decision = decided is not None and trace.model_steps == 0
         allowance = budget.check(meter.tokens(state.messages) + tool_tokens, deps.settings.max_output_tokens)
         if isinstance(allowance, TerminationReason):
-            if decided is not None and trace.model_steps == 0:
-                return _answer_from_result(state, trace, decided, allowance)
-            return _give_up(state, trace, allowance)
-        first_after_decision = decided is not None and trace.model_steps == 0
-        reply = await _call_model(deps, state, tools, allowance, budget, trace, cancel)
+            reply: ModelReply | TerminationReason = allowance  # a budget ran out before the call
+        else:
+            reply = await _call_model(deps, state, tools, allowance, budget, trace, cancel)
         if isinstance(reply, TerminationReason):
             if first_after_decision and reply is not TerminationReason.CANCELLED:
                 return _answer_from_result(state, trace, decided, reply)  # the ticket exists: say so

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bot.canonical import canonical_json, to_json
+from bot.policy_tools import TICKET_TOOL, ticket_result_text
 from bot.records import PendingRecord
 from bot.trace import Step
 
 Verdict = Literal["confirm", "cancel"]
 PREVIEW_CHARS = 1_000
-# What not doing a write means, in the user's words; a tool not listed gets the generic sentence.
-_NOT_DONE = {"create_it_ticket": "I did not raise a ticket."}
 
 
 @dataclass(frozen=True)
@@ -50,14 +49,10 @@ def decided_write(
 
 def reply_from_result(decided: DecidedWrite) -> str:
     """What happened, said from the result alone: the ticket and its link, the cancel, or the error."""
-    result = decided.result
+    if decided.tool == TICKET_TOOL:
+        return ticket_result_text(decided.result)
     if decided.decision == "cancel":
-        return f"OK, cancelled: {_NOT_DONE.get(decided.tool, 'nothing was done.')}"
-    if "error" in result:
-        error = str(result["error"]).rstrip(". ")
-        handoff = f" {result['handoff']}" if result.get("handoff") else ""
-        return f"That did not go through: {error}.{handoff}"
-    if result.get("ticket_id"):
-        link = f": {result['url']}" if result.get("url") else "."
-        return f"Done: I raised ticket {result['ticket_id']}{link}"
+        return "OK, cancelled: nothing was done."
+    if "error" in decided.result:
+        return f"That did not go through: {decided.result['error']}. {decided.result.get('handoff') or ''}".strip()
     return "Done."

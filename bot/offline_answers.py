@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from bot.offline_messages import ToolResult
 from bot.offline_planning import opens_like_question
 from bot.offline_text import content_words, shorten
+from bot.policy_tools import ticket_result_text
 
 NOT_IN_POLICY = "That is not in the policy documents I can search, so I can't give you a policy answer on it."
 
@@ -36,7 +37,7 @@ def answer_from_results(results: Sequence[ToolResult]) -> str:
     """Compose the reply from this turn's tool results; never adds facts that are not in them."""
     tickets = [result for result in results if result.name == "create_it_ticket"]
     if tickets:
-        return _ticket_answer(tickets[-1].payload)
+        return ticket_result_text(tickets[-1].payload)
     searches = [result for result in results if result.name == "search_policies" or "results" in result.payload]
     if searches:
         return _search_answer(searches)
@@ -44,22 +45,6 @@ def answer_from_results(results: Sequence[ToolResult]) -> str:
     if errors:
         return f"I couldn't complete that ({shorten(errors[0], 160)}), so I can't answer it from the policies."
     return NOT_IN_POLICY
-
-
-def _ticket_answer(payload: dict[str, Any]) -> str:
-    if "error" in payload:
-        return (
-            f"Sorry, I couldn't raise the ticket ({shorten(str(payload['error']), 160)}). "
-            "The helpdesk will follow up with you."
-        )
-    status = str(payload.get("status", ""))
-    if status == "cancelled":
-        return "OK, I did not raise a ticket."
-    ticket_id = payload.get("ticket_id")
-    if ticket_id:
-        link = f" ({payload['url']})" if payload.get("url") else ""
-        return f"Done: I raised ticket {ticket_id}{link}. The IT team will follow up."
-    return f"The ticket request ended with status {status or 'unknown'}."
 
 
 def _search_answer(searches: Sequence[ToolResult]) -> str:

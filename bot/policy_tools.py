@@ -24,6 +24,8 @@ TICKET_URGENCIES = ("low", "normal", "high", "critical")
 SEARCH_TOOL = "search_policies"
 TICKET_TOOL = "create_it_ticket"
 CITE_SEPARATOR = " › "
+ERROR_CHARS = 160  # of a ticket system's error, quoted to the user
+HELPDESK_FOLLOWS_UP = "The helpdesk will follow up with you."
 
 
 class Searcher(Protocol):
@@ -102,6 +104,21 @@ def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool
         "additionalProperties": False,
     }
     return Tool(TICKET_TOOL, TICKET_DESCRIPTION, parameters, Consequence.WRITE, handler, guests_allowed=guests_allowed)
+
+
+def ticket_result_text(result: dict[str, Any]) -> str:
+    """What a ticket call's result means, in the user's words: written without a model (the offline
+    model, or a run with no model call left after the click), so it says only what the result says."""
+    if "error" in result:
+        error = " ".join(str(result["error"]).split())[:ERROR_CHARS].rstrip(". ")
+        return f"Sorry, I couldn't raise the ticket ({error}). {result.get('handoff') or HELPDESK_FOLLOWS_UP}"
+    status = str(result.get("status", ""))
+    if status == "cancelled":
+        return "OK, I did not raise a ticket."
+    if result.get("ticket_id"):
+        link = f" ({result['url']})" if result.get("url") else ""
+        return f"Done: I raised ticket {result['ticket_id']}{link}. The IT team will follow up."
+    return f"The ticket request ended with status {status or 'unknown'}."
 
 
 def policy_tools(

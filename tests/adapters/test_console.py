@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from adapters.console import ask, chat, outcome_json, recover_unless_served
@@ -19,6 +20,7 @@ from bot.wiring import open_service
 from tests.bot.helpers import ALICE, left_executing_by_a_crash
 
 REPO = Path(__file__).resolve().parents[2]
+ALIVE = timedelta(seconds=30)  # POLICYPAL_WORKER_STALE_S
 
 
 async def offline_service(tmp_path, sample_index):
@@ -138,10 +140,10 @@ async def test_the_terminal_recovers_an_interrupted_action_only_when_no_server_i
     try:
         action = await left_executing_by_a_crash(svc, "My laptop was stolen from my car this morning")
         await svc.store.heartbeat("server-on-another-host", utcnow())
-        served, out = await recover_unless_served(svc, io.StringIO()), io.StringIO()
+        served, out = await recover_unless_served(svc, ALIVE, io.StringIO()), io.StringIO()
         untouched = (await svc.pending.get(action.id)).state
         await svc.store.forget_worker("server-on-another-host")
-        recovered = await recover_unless_served(svc, out)
+        recovered = await recover_unless_served(svc, ALIVE, out)
         record = await svc.pending.get(action.id)
     finally:
         await svc.close()
