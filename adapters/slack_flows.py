@@ -149,6 +149,11 @@ class SlackBridge:
         if ts is not None:
             ref = {"platform": "slack", "channel": where.channel, "ts": ts, "thread_ts": where.thread_ts}
             await self.service.pending.set_platform_message(action.id, ref)
+            return
+        case = await self.service.card_not_shown(action.id)  # nobody can confirm a card they never saw
+        if case is not None:
+            message = handoff_message(case.user_reply(), case.case_id, case.run_id)
+            await self.poster.post(where.channel, where.thread_ts, message, user=where.user)
 
     # --- Confirm / Cancel --------------------------------------------------------------------------
 

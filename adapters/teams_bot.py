@@ -178,9 +178,15 @@ class TeamsBot:
     async def _post_reply(self, reference: Json, reply: Reply, requester_name: str) -> None:
         """Post a run's outcome in the thread; a pending card also remembers where it was posted."""
         activity_id = await self._send_safely(reference, cards.reply_activity(reply, requester_name))
-        if isinstance(reply.outcome, Pending) and activity_id:
+        if not isinstance(reply.outcome, Pending):
+            return
+        if activity_id:
             where = {"reference": reference, "activity_id": activity_id, "requester_name": requester_name}
             await self.service.pending.set_platform_message(reply.outcome.action.id, where)
+            return
+        case = await self.service.card_not_shown(reply.outcome.action.id)  # nobody can confirm an unseen card
+        if case is not None:
+            await self._send_safely(reference, cards.message(case.user_reply()))
 
     async def _keep_typing(self, reference: Json) -> None:
         """A lost typing indicator costs nothing but the dots: log it and keep the run going."""

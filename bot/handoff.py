@@ -21,7 +21,14 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bot.budget import Budgets
-from bot.handoff_markdown import ACTION_UNKNOWN, TICKET_FAILED, USER_REQUEST, case_markdown, reason_label
+from bot.handoff_markdown import (
+    ACTION_UNKNOWN,
+    CARD_NOT_SHOWN,
+    TICKET_FAILED,
+    USER_REQUEST,
+    case_markdown,
+    reason_label,
+)
 from bot.records import HandoffRecord, PendingRecord, Place, RunRow
 from bot.redaction import Redactor, bounded
 from bot.store import Store
@@ -40,6 +47,7 @@ _OPENINGS = {
     TerminationReason.CANCELLED.value: "This request was stopped before it finished.",
     TICKET_FAILED: "I couldn't create the ticket.",
     ACTION_UNKNOWN: "I couldn't tell whether your confirmed request went through.",
+    CARD_NOT_SHOWN: "I couldn't show you the confirmation for that request, so nothing was done.",
     USER_REQUEST: "Sure.",
 }
 _DEFAULT_OPENING = "I couldn't finish this reliably."

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 USER_REQUEST = "user_request"
 TICKET_FAILED = "ticket_failed"
 ACTION_UNKNOWN = "action_unknown"
+CARD_NOT_SHOWN = "card_not_shown"
 
 _REASON_LABELS = {
     "step_budget": "ran out of steps",
@@ -24,6 +25,7 @@ _REASON_LABELS = {
     USER_REQUEST: "the user asked for a human",
     TICKET_FAILED: "the ticket system refused a confirmed ticket",
     ACTION_UNKNOWN: "a confirmed action was interrupted; check whether it happened",
+    CARD_NOT_SHOWN: "the confirmation card could not be posted, so nothing was done",
 }
 
 

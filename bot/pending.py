@@ -181,6 +181,21 @@ class PendingActions:
         due = await self._store.find_pending("open", expires_by=now)
         return await self._move_all(due, "open", "expired", now)
 
+    async def withdraw(self, pending_id: str) -> PendingRecord | None:
+        """Expire an open action now, because its card never reached the requester.
+
+        Left open, it would sit unseen until it expired a day later with nobody told. Expiring
+        (rather than cancelling) means a card that did arrive after all, despite the error, answers a
+        click with "expired" and runs nothing. None when it was decided or gone meanwhile.
+        """
+        record = await self._store.get_pending(pending_id)
+        if record is None or record.state != "open":
+            return None
+        now = self._clock()
+        if not await self._store.transition(record.id, ("open",), "expired", finished_at=now, expires_at=now):
+            return None
+        return dataclasses.replace(record, state="expired", finished_at=now, expires_at=now)
+
     async def mark_stale_executing_unknown(self, older_than: timedelta) -> list[PendingRecord]:
         """Give up on calls executing longer than ``older_than`` (their process died): -> unknown."""
         now = self._clock()

@@ -21,7 +21,15 @@ from typing import Any, Literal
 from bot.agent import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
 from bot.conversation import thread_context
 from bot.decided import DecidedWrite, decided_write
-from bot.handoff import ACTION_UNKNOWN, TICKET_FAILED, USER_REQUEST, HandoffCase, Helpdesk, asks_for_human
+from bot.handoff import (
+    ACTION_UNKNOWN,
+    CARD_NOT_SHOWN,
+    TICKET_FAILED,
+    USER_REQUEST,
+    HandoffCase,
+    Helpdesk,
+    asks_for_human,
+)
 from bot.inflight import InFlight
 from bot.logs import log_context
 from bot.metrics import Metrics
@@ -226,6 +234,22 @@ class PolicyPal:
             case = await self._action_case(record, UserRef(record.requester), ACTION_UNKNOWN, detail)
             recovered.append((record, case))
         return recovered
+
+    async def card_not_shown(self, pending_id: str) -> HandoffCase | None:
+        """A confirmation card the platform would not take: withdraw the action and open a case.
+
+        Nobody can decide a card they never saw, and the run is waiting on it: without this the
+        request would sit unseen until it expired. The case hands the conversation, with the
+        proposed call, to a person; the adapter tells the user its id if it can still reach them.
+        None when the action was decided or gone meanwhile (then there is nothing to withdraw).
+        """
+        record = await self.pending.withdraw(pending_id)
+        if record is None:
+            return None
+        log.error("pending %s (%s for %s): its card could not be posted; withdrawn and handed to the helpdesk",
+                  record.id, record.tool, record.requester)
+        detail = f"The confirmation card for {record.tool} could not be posted; nothing was done."
+        return await self._action_case(record, UserRef(record.requester), CARD_NOT_SHOWN, detail)
 
     async def claim_event(self, platform: str, event_id: str) -> bool:
         """True the first time any process sees this event: for replies sent without a run."""

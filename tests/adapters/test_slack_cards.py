@@ -204,3 +204,19 @@ async def test_a_card_in_a_dm_thread_works_the_same(slack: SlackRig):
     assert status == 200
     assert (await slack.replies(2))[1]["channel"] == "D0ALICE"
     assert await slack.service.store.count_tickets() == 1
+
+
+async def test_a_card_slack_refuses_is_withdrawn_and_handed_to_a_person(slack: SlackRig):
+    slack.slack.fail("chat.postMessage", "invalid_blocks")  # the card is not posted: no one can confirm it
+    slack.model.script(propose())
+    event = mention_event(ALICE, "<@UBOT> my VPN says NG-809, please open a ticket")
+    await slack.send(event_envelope(event))
+    refused, notice = await slack.replies(2)  # the fake records the refused call too
+    assert any(b["type"] == "actions" for b in refused.blocks)
+    assert notice["thread_ts"] == event["ts"] and not any(b["type"] == "actions" for b in notice.blocks)
+    assert "couldn't show you the confirmation" in notice["text"] and "HD-1001" in notice["text"]
+    assert await slack.service.store.find_pending("open") == []
+    (withdrawn,) = await slack.service.store.find_pending("expired")
+    (case,) = await slack.service.store.list_handoffs()
+    assert (case.reason, case.origin) == ("card_not_shown", f"action:{withdrawn.id}")
+    assert await slack.service.store.count_tickets() == 0

@@ -331,6 +331,20 @@ async def test_a_ticket_card_and_its_update_refused_once_are_still_delivered(tea
     assert teams.channel.refused == [("send", 503), ("update", 412)]
 
 
+async def test_a_ticket_card_the_channel_will_not_take_is_withdrawn_and_handed_to_a_person(teams):
+    teams.channel.refuse_next(403)  # not transient: the card is not posted, and no one can confirm it
+    teams.model.script(propose())
+    await teams.post(teams.channel.channel_message("my VPN says NG-809, please open a ticket"))
+    notice = await teams.reply()
+    assert not notice.cards and "couldn't show you the confirmation" in notice.text and "HD-1001" in notice.text
+    assert teams.channel.refused == [("send", 403)]
+    assert await teams.service.store.find_pending("open") == []
+    (withdrawn,) = await teams.service.store.find_pending("expired")
+    (case,) = await teams.service.store.list_handoffs()
+    assert (case.reason, case.origin) == ("card_not_shown", f"action:{withdrawn.id}")
+    assert await teams.service.store.count_tickets() == 0
+
+
 async def test_a_malformed_card_action_gets_the_no_longer_available_card(teams):
     on = Recorded("send", "a:personal-29:alice", None, {}, {}, "out-1")
     invokes = [teams.channel.card_action("confirm", data, on=on) for data in ("not-a-dict", ["x"])]

@@ -157,6 +157,25 @@ async def test_decision_at_expiry_expires_the_action(pending: PendingActions, cl
     assert (await pending.decide(action.id, "U1", "cancel", action.args_hash)).status == "expired"
 
 
+async def test_a_withdrawn_action_expires_now_and_a_late_click_runs_nothing(pending: PendingActions) -> None:
+    action = await _propose(pending)
+    withdrawn = await pending.withdraw(action.id)
+    assert withdrawn is not None and (withdrawn.state, withdrawn.expires_at) == ("expired", START)
+    assert await pending.get(action.id) == withdrawn
+    decision = await pending.decide(action.id, "U1", "confirm", action.args_hash)
+    assert decision.status == "expired" and decision.message.startswith("This request expired at 2026-03-02 09:00 UTC.")
+    assert await pending.withdraw(action.id) is None  # once
+
+
+async def test_a_decided_action_is_not_withdrawn(pending: PendingActions) -> None:
+    action = await _propose(pending)
+    await pending.decide(action.id, "U1", "confirm", action.args_hash)
+    assert await pending.withdraw(action.id) is None
+    assert await pending.withdraw("no-such-id") is None
+    stored = await pending.get(action.id)
+    assert stored is not None and stored.state == "executing"
+
+
 async def test_expire_due_expires_each_due_action_once(pending: PendingActions, clock: Clock) -> None:
     due = await _propose(pending)
     clock.advance(timedelta(minutes=30))
