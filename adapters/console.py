@@ -50,6 +50,8 @@ async def ask(
         choice = answer_pending or _prompt_choice(prompt)
         if choice is not None:
             decided = await decide(service, reply.outcome, user, choice)
+        elif not as_json:  # no terminal to ask on (a pipe, a script): say how to decide, or it looks done
+            out.write(_left_open(reply.outcome) + "\n")
     if as_json:
         out.write(json.dumps(outcome_json(reply, decided), indent=2, ensure_ascii=False) + "\n")
     elif decided is not None:
@@ -84,7 +86,7 @@ async def chat(
         out.write(render(reply) + "\n")
         decided = None
         if isinstance(reply.outcome, Pending):
-            choice = _prompt_choice(read)
+            choice = _read_choice(read)  # the next line, from wherever the questions come (a pipe too)
             if choice is not None:
                 decided = await decide(service, reply.outcome, user, choice)
                 out.write(render_decision(decided) + "\n")
@@ -118,9 +120,20 @@ def _case_ids(reply: Reply, decided: DecisionReply | None) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _left_open(pending: Pending) -> str:
+    action = pending.action
+    return f"(left open: `policypal decide {action.id} confirm` or `cancel`; or ask with --yes or --no)"
+
+
 def _prompt_choice(prompt: Callable[[str], str] | None) -> Decide:
+    """`ask` prompts only on a terminal: a script is never left waiting (it passes --yes or --no)."""
     if prompt is None or (not sys.stdin.isatty() and prompt is input):
         return None
+    return _read_choice(prompt)
+
+
+def _read_choice(prompt: Callable[[str], str]) -> Decide:
+    """Confirm on y or yes, cancel on anything else; None (left open) when the input has ended."""
     try:
         answer = prompt("Confirm? [y/N] ").strip().lower()
     except EOFError:

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from bot import migrate
-from bot.config import Settings
+from bot.config import Settings, without_secrets
 from bot.config_check import find_problems, report
 from bot.store import prepare_sqlite_file
 
@@ -37,7 +37,7 @@ def summary(settings: Settings) -> str:
     model = settings.model if settings.openai_api_key else "the offline model (no OPENAI_API_KEY)"
     slack = "on" if settings.slack_bot_token else "off"
     teams = "on" if settings.microsoft_app_id or settings.teams_allow_unauthenticated else "off"
-    return "\n".join(
+    lines = "\n".join(
         [
             "Configuration OK.",
             f"  database: {database}",
@@ -47,6 +47,7 @@ def summary(settings: Settings) -> str:
             f"  limits:   {settings.user_runs_per_minute} runs/min per user, {settings.max_concurrent_runs} at once",
         ]
     )
+    return without_secrets(lines, settings)  # POLICYPAL_QDRANT_URL may carry a password
 
 
 async def db_command(settings: Settings, action: str, out: TextIO | None = None) -> int:
@@ -56,10 +57,10 @@ async def db_command(settings: Settings, action: str, out: TextIO | None = None)
     """
     url = settings.resolved_database_url
     where = make_url(url).render_as_string(hide_password=True)
-    if make_url(url).get_backend_name() == "sqlite":
-        prepare_sqlite_file(url)
     engine = create_async_engine(url, poolclass=NullPool)
     try:
+        if make_url(url).get_backend_name() == "sqlite":
+            prepare_sqlite_file(url)  # fails when POLICYPAL_DATA_DIR names a file: reported like a refused connection
         line, code = await (_upgrade(engine) if action == "upgrade" else _current(engine))
     except (SQLAlchemyError, OSError) as exc:
         print(f"Cannot reach the database {where}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)

@@ -12,7 +12,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from bot.config import ConfigError, Settings, load_settings
+from sqlalchemy.exc import SQLAlchemyError
+
+from bot.config import ConfigError, Settings, load_settings, without_secrets
 from retrieval.config import MAX_K
 
 
@@ -22,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     index = sub.add_parser("index", help="index policy documents (files or directories)")
-    index.add_argument("paths", nargs="+", help=".md .txt .html .pdf .docx files or directories")
+    index.add_argument("paths", nargs="+", type=_path, help=".md .txt .html .pdf .docx files or directories")
     index.add_argument("--remove", action="store_true",
                        help="remove what was indexed from these paths instead (they may no longer exist)")
 
@@ -63,12 +65,12 @@ def _parser() -> argparse.ArgumentParser:
 
     traces = sub.add_parser("traces", help="list recent runs, or show one run's steps")
     traces.add_argument("run_id", nargs="?")
-    traces.add_argument("-n", type=int, default=20, help="how many runs to list")
+    traces.add_argument("-n", type=_how_many, default=20, help="how many runs to list")
     traces.add_argument("--json", action="store_true")
 
     handoffs = sub.add_parser("handoffs", help="helpdesk cases: list them, print one transcript, retry deliveries")
     handoffs.add_argument("case_id", nargs="?", help="a case id such as HD-1001: print its transcript")
-    handoffs.add_argument("-n", type=int, default=20, help="how many cases to list")
+    handoffs.add_argument("-n", type=_how_many, default=20, help="how many cases to list")
     handoffs.add_argument("--failed", action="store_true", help="only cases with a delivery that gave up, and why")
     handoffs.add_argument("--retry", action="store_true", help="retry failed deliveries (all, or CASE_ID's) now")
     handoffs.add_argument("--json", action="store_true")
@@ -85,12 +87,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         settings = load_settings()
-        return _dispatch(args, settings)
+        return _run(args, settings)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    """The command, with a database or data directory it cannot use as one line (exit 1), not a traceback."""
+    try:
+        return _dispatch(args, settings)
+    except (OSError, SQLAlchemyError) as exc:  # refused connection, POLICYPAL_DATA_DIR naming a file, ...
+        logging.debug("policypal %s failed", args.command, exc_info=True)
+        reason = f"{type(exc).__name__}: {str(exc).strip()}".splitlines()[0]
+        print(f"policypal {args.command}: {without_secrets(reason, settings)}", file=sys.stderr)
+        return 1
+
+
+def _path(value: str) -> str:
+    """A path argument; an empty one (an unset ``$DIR``) would mean the working directory, so it is refused."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path (it would mean the current directory; write . for that)")
+    return value
+
+
+def _how_many(value: str) -> int:
+    """A list length: SQLite reads a negative LIMIT as no limit at all."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return count
 
 
 def _passage_count(value: str) -> int:

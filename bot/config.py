@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from bot.redaction import Redactor
 from retrieval.config import BUNDLED_MODEL, MAX_K, RetrievalConfig
 
 # The one driver per database that the async store runs on (``bot.store``).
@@ -66,7 +67,7 @@ def _async_database_url(value: str) -> str:
     """A SQLAlchemy URL naming the async driver; the message suggests the corrected URL, password hidden."""
     try:
         url = make_url(value)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # a port that is not a number is a ValueError ("invalid literal for int()")
         raise ValueError(
             "is not a database URL; use sqlite+aiosqlite:///path/to/policypal.db or "
             "postgresql+asyncpg://user:password@host:5432/policypal"
@@ -194,6 +195,14 @@ class Settings(BaseSettings):
             return None
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_default(cls, data: Any) -> Any:
+        """An empty name or path with a default is that default: ``POLICYPAL_DATA_DIR=""`` is not the cwd."""
+        if not isinstance(data, dict):
+            return data
+        return {key: value for key, value in data.items() if not (_blank(value) and _defaulted_text(key))}
+
     @model_validator(mode="after")
     def _smtp_login_complete(self) -> Settings:
         """An SMTP user without its password would log in with an empty one at every delivery."""
@@ -234,6 +243,21 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = [_problem(err["loc"], err["msg"]) for err in exc.errors()]
         raise ConfigError("Invalid configuration:\n  " + "\n  ".join(problems)) from None
+
+
+def without_secrets(text: str, settings: Settings) -> str:
+    """Text for an operator's terminal with each configured secret, and any URL's password, redacted."""
+    return Redactor(settings.secret_values()).known(text)
+
+
+def _blank(value: Any) -> bool:
+    return isinstance(value, str) and not value.strip()
+
+
+def _defaulted_text(name: str) -> bool:
+    """A ``str`` or ``Path`` setting with a default (``data_dir``, ``model``, ``collection``, ...)."""
+    field = Settings.model_fields.get(name)
+    return field is not None and field.annotation in _TEXT_TYPES and field.default is not None
 
 
 def _optional_text(field: FieldInfo) -> bool:

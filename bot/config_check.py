@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from bot import migrate
-from bot.config import ConfigError, Settings
+from bot.config import ConfigError, Settings, without_secrets
 from bot.identity import GroupMap
 from bot.llm import build_model
 from bot.pricing import PriceTable, UnknownPrice
@@ -30,10 +30,13 @@ INDEX_TIMEOUT_S = 30.0  # loading the embedding model is part of opening the ind
 
 
 async def find_problems(settings: Settings, extra: Sequence[Check] = ()) -> list[str]:
-    """Run every check concurrently; the problems in a stable order (a crashed check is a problem too)."""
+    """Run every check concurrently; the problems in a stable order (a crashed check is a problem too).
+
+    A problem may quote a setting (a URL with its password, a token a remote echoed): secrets are starred.
+    """
     checks = [check_database, check_index, check_model, check_tickets, check_groups, *extra]
     results = await asyncio.gather(*(_guarded(check, settings) for check in checks))
-    return [problem for found in results for problem in found]
+    return [without_secrets(problem, settings) for found in results for problem in found]
 
 
 def report(problems: Sequence[str]) -> str:
@@ -74,6 +77,8 @@ def _missing_file(database: str) -> Path | None:
 
 def _creatable(path: Path, where: str) -> list[str]:
     parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    if not parent.is_dir():  # e.g. POLICYPAL_DATA_DIR names a file: no folder can be made under it
+        return [f"The database {where} does not exist and cannot be created: {parent} is not a directory"]
     if os.access(parent, os.W_OK):
         return []
     return [f"The database {where} does not exist and cannot be created: {parent} is not writable"]

@@ -30,9 +30,10 @@ async def show_handoffs(
     retry: bool = False,
     as_json: bool = False,
     destinations: DestinationFactory | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
     """The command's whole job; exit code 1 for an unknown case or a retry that still failed."""
+    out = out or sys.stdout  # looked up now: a default bound at import keeps a stream that may be closed
     store = await Store.open(settings.resolved_database_url)
     try:
         if retry:
@@ -74,7 +75,7 @@ async def _show(store: Store, case_id: str, as_json: bool, out: TextIO) -> int:
 async def _retry(
     settings: Settings, store: Store, case_id: str | None, factory: DestinationFactory | None, out: TextIO
 ) -> int:
-    if case_id and case_number(case_id) is None:
+    if case_id and not await _exists(store, case_id):  # "0 put back" would read as nothing left to retry
         out.write(f"No case {case_id}.\n")
         return 1
     destinations = list(factory(settings) if factory else [])
@@ -87,6 +88,11 @@ async def _retry(
     out.write(f"{reset} failed deliveries put back in the outbox; {len(results)} attempted now.\n")
     out.write("".join(_result_line(r) for r in results))
     return 1 if any(r.status != "delivered" for r in results) else 0
+
+
+async def _exists(store: Store, case_id: str) -> bool:
+    number = case_number(case_id)
+    return number is not None and await store.get_handoff(number) is not None
 
 
 async def _close_all(resources: Sequence[object]) -> None:

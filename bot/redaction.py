@@ -76,13 +76,18 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """One string with every secret replaced."""
-        for secret in self._secrets:
-            value = value.replace(secret, REDACTED)
+        value = self.known(value)
         for pattern in _PATTERNS:
             value = pattern.sub(REDACTED, value)
-        value = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
         value = _AUTHORIZATION.sub(_authorization, value)
         return _ASSIGNMENTS.sub(_assignment, value)
+
+    def known(self, value: str) -> str:
+        """Only the configured secrets and URL passwords, for operator messages: those name settings
+        (``MicrosoftAppPassword``) that the credential-shaped patterns of ``text`` would hide."""
+        for secret in self._secrets:
+            value = value.replace(secret, REDACTED)
+        return _URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
 
     def value(self, value: Any) -> Any:
         """Any JSON-like value, recursively; keys that name a secret lose their value."""

@@ -178,3 +178,37 @@ def test_ask_while_another_process_holds_the_index_is_a_clear_error(tmp_path, sa
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert f"The index at {held} is in use by another process (e.g. `policypal serve`)" in err
+
+
+async def test_a_piped_chat_reads_the_confirmation_from_the_pipe_not_as_the_next_question(
+    tmp_path, sample_index, monkeypatch
+):
+    """`printf 'My laptop was stolen\\ny\\n' | policypal chat`: the y was asked as a question, no ticket."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("My laptop was stolen from my car this morning\ny\n"))
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # input() writes its prompt here
+    svc = await offline_service(tmp_path, sample_index)
+    out = io.StringIO()
+    try:
+        code = await chat(svc, ALICE, out=out)
+        tickets = await svc.store.count_tickets()
+        questions = [run.question for run in await svc.store.list_runs()]
+    finally:
+        await svc.close()
+    assert code == 0 and tickets == 1, out.getvalue()
+    assert "Ticket IT-1001 created." in out.getvalue()
+    assert "y" not in questions
+
+
+async def test_ask_without_a_terminal_says_the_card_is_left_open_and_how_to_decide(tmp_path, sample_index, monkeypatch):
+    """`echo y | policypal ask ...` printed the card and exited 0: the y was ignored without a word."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # not a terminal
+    svc = await offline_service(tmp_path, sample_index)
+    out = io.StringIO()
+    try:
+        code = await ask(svc, "My laptop was stolen from my car this morning", ALICE, out=out)
+    finally:
+        await svc.close()
+    card, hint = out.getvalue().rstrip("\n").rsplit("\n", 1)
+    pending_id = card.rsplit("└ pending ", 1)[1].split(" ", 1)[0]
+    assert code == 0 and "needs your confirmation" in card
+    assert hint == f"(left open: `policypal decide {pending_id} confirm` or `cancel`; or ask with --yes or --no)"

@@ -111,3 +111,20 @@ def test_a_url_setting_needs_http_or_https_and_a_host_and_a_good_one_is_kept_as_
 def test_an_smtp_user_without_its_password_is_refused(monkeypatch: pytest.MonkeyPatch):
     message = refusal(monkeypatch, POLICYPAL_HELPDESK_SMTP_HOST="smtp.example.com", POLICYPAL_HELPDESK_SMTP_USER="bot")
     assert "POLICYPAL_HELPDESK_SMTP_USER is set but POLICYPAL_HELPDESK_SMTP_PASSWORD is not" in message, message
+
+
+def test_an_empty_name_or_path_with_a_default_is_that_default(monkeypatch: pytest.MonkeyPatch):
+    """``POLICYPAL_DATA_DIR=""`` (compose's ``${VAR:-}``) put the database and index in the working directory."""
+    settings = from_env(
+        monkeypatch, POLICYPAL_DATA_DIR="", POLICYPAL_MODEL=" ", POLICYPAL_COLLECTION="", POLICYPAL_EMBEDDING_MODEL=""
+    )
+    defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.data_dir == Path("data") and settings.resolved_database_url == defaults.resolved_database_url
+    assert (settings.model, settings.collection) == ("gpt-4o-mini", "policies")
+    assert settings.embedding_model == defaults.embedding_model
+
+
+def test_a_database_url_with_a_port_that_is_not_a_number_says_what_it_is(monkeypatch: pytest.MonkeyPatch):
+    message = refusal(monkeypatch, POLICYPAL_DATABASE_URL="postgresql+asyncpg://bot:pw@db:54x2/policypal")
+    assert "POLICYPAL_DATABASE_URL: is not a database URL; use sqlite+aiosqlite:///" in message, message
+    assert "invalid literal" not in message

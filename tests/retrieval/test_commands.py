@@ -203,3 +203,21 @@ def test_search_in_an_unknown_section_names_the_sections(
 
     assert code == 1 and out == ""
     assert "No section 'Finance' in the policy index: its sections are IT, People." in err
+
+
+@pytest.mark.parametrize("command", [["index", ""], ["index", "--remove", " "]])
+def test_an_empty_path_is_a_usage_error_not_the_working_directory(
+    data_dir: Path, corpus_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:
+    """`policypal index --remove "$DIR"` with DIR unset removed everything indexed from the working directory."""
+    monkeypatch.chdir(corpus_dir)
+    run_cli(capsys, "index", ".")
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(capsys, *command)
+
+    assert exit_info.value.code == 2
+    assert "argument paths: an empty path" in capsys.readouterr().err
+    code, out, _err = run_cli(capsys, "search", "what does error KX-7731 mean?")
+    assert code == 0 and "KX-7731" in out  # still indexed

@@ -66,3 +66,27 @@ def test_settings_that_cannot_work_exit_2_naming_each_variable_from_any_command(
     for variable in ("POLICYPAL_MAX_CONCURRENT_RUNS", "POLICYPAL_DATABASE_URL", "POLICYPAL_HELPDESK_WEBHOOK_URL"):
         assert f"\n  {variable}: " in message, (variable, message)
     assert "sqlite+aiosqlite:///" in message and not (tmp_path / "new.db").exists()
+
+
+async def test_a_url_password_is_redacted_in_every_problem_and_in_the_summary(tmp_path: Path):
+    """`policypal config check` printed OPENAI_BASE_URL and POLICYPAL_QDRANT_URL with their passwords."""
+    from bot.admin import summary
+
+    configured = settings(
+        tmp_path,
+        openai_base_url="https://bot:llm-s3cret-pw@llm.example/v1",
+        qdrant_url="http://reader:qd-s3cret-pw@127.0.0.1:1",
+    )
+    problems = "\n".join(await find_problems(configured))
+    assert "OPENAI_BASE_URL is set (https://bot:[redacted]@llm.example/v1)" in problems, problems
+    assert "http://reader:[redacted]@127.0.0.1:1" in problems, problems
+    shown = summary(configured)
+    assert "index:    http://reader:[redacted]@127.0.0.1:1" in shown, shown
+    assert "s3cret" not in problems + shown
+
+
+async def test_a_database_under_a_file_is_a_problem_not_creatable(tmp_path: Path):
+    """POLICYPAL_DATA_DIR naming a file: the check said nothing, then every command died on mkdir."""
+    (tmp_path / "a-file").write_text("")
+    problems = await find_problems(settings(tmp_path / "a-file"))
+    assert any("cannot be created" in p and "is not a directory" in p for p in problems), problems
