@@ -206,9 +206,22 @@ class SlackBridge:
                 working = in_progress_card_message(record, actor.id, utcnow(), choice)
                 await self.poster.update(click.channel, click.message_ts, working)
             return await self.service.decide(record.id, actor, choice, args_hash, on_result=on_result)
+        except Exception:
+            await self._restore_if_open(click, record.id)  # ``guarded`` then tells the user
+            raise
         finally:
             if first:
                 self._deciding.discard(record.id)
+
+    async def _restore_if_open(self, click: Click, pending_id: str) -> None:
+        """After a failed decision, a card nobody decided gets its buttons back instead of "Working on it…"."""
+        try:
+            fresh = await self.service.pending.get(pending_id)
+        except Exception:
+            log.exception("could not reload pending %s after a failed decision", pending_id)
+            return
+        if fresh is not None and fresh.state == "open":
+            await self.poster.update(click.channel, click.message_ts, card_message(fresh.as_action()))
 
     async def _show_result(self, click: Click, decided: DecisionReply, before: PendingRecord) -> None:
         """The decided card: who, when, and the ticket id or the reason it failed."""

@@ -76,7 +76,7 @@ def _inline(text: str) -> str:
 
     text = _CODE_SPAN.sub(lambda m: keep(f"`{escape(m.group(2))}`"), text)
     text = _LINK.sub(lambda m: keep(_link(m.group(2), restore(escape(m.group(1))))), text)
-    text = _AUTOLINK.sub(lambda m: keep(f"<{m.group(1).replace('|', '%7C')}>"), text)  # | would hide the URL
+    text = _AUTOLINK.sub(lambda m: keep(f"<{_url(m.group(1))}>"), text)
     text = _BARE_URL.sub(lambda m: keep(escape(m.group(0))), text)
     text = escape(text)
     text = _BOLD.sub(lambda m: f"{_BOLD_MARK}{m.group(1) or m.group(2)}{_BOLD_MARK}", text)
@@ -90,4 +90,10 @@ def _link(url: str, label: str) -> str:
     """``<url|label>`` for a web or mail target; ``label`` is already mrkdwn (escaped, code restored)."""
     if not re.match(r"(https?://|mailto:)", url):
         return f"{label} ({escape(url)})"  # a relative or odd target: show it, never a broken link
-    return f"<{url.replace('|', '%7C')}|{label.replace('|', '¦')}>"
+    return f"<{_url(url)}|{label.replace('|', '¦')}>"
+
+
+def _url(url: str) -> str:
+    """A link target Slack cannot read as markup: ``|`` would hide the URL behind a label, and a ``<`` or
+    ``>`` inside it would close the link early and open another token (``<!channel|x>`` pings)."""
+    return url.replace("|", "%7C").replace("<", "%3C").replace(">", "%3E")

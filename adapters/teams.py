@@ -127,6 +127,8 @@ class TeamsEndpoint:
             # Refused before the SDK, which would fetch Microsoft's signing keys for any token at all.
             return web.json_response({"error": "a Bot Framework token is required"}, status=401)
         raw = await _json_body(request)
+        if raw is None:  # the SDK would answer a missing, unreadable or non-object body with a 500
+            return web.json_response({"error": "the body must be a JSON activity"}, status=400)
         token = _RAW_ACTIVITY.set(raw)
         try:
             response = await self.adapter.process(request, self.handler)

@@ -98,6 +98,7 @@ class Click:
     user: UserRef
     reference: Json
     published: bool = False  # the decided card already replaced the posted one
+    failed: bool = False  # deciding raised: nothing may have been decided
 
 
 class TeamsBot:
@@ -223,11 +224,14 @@ class TeamsBot:
 
         Teams gives up on an invoke after about 5 s. The AAD object id in the activity is all
         ``decide`` needs (only the requester decides); without the roster the clicker counts as a
-        guest, as in any turn where the roster cannot be read.
+        guest, as in any turn where the roster cannot be read. A slower lookup is not abandoned: it
+        completes in the background (``drain`` waits for it), so the next click finds the profile cached.
         """
         wait = self.options.invoke_wait_s / 2
+        # Shielded and held: a lookup past the wait still finishes and fills the cache for later clicks.
+        lookup = self._spawn(self._user(activity, reference_of(activity)))
         try:
-            return await asyncio.wait_for(self._user(activity, reference_of(activity)), wait)
+            return await asyncio.wait_for(asyncio.shield(lookup), wait)
         except TimeoutError:
             log.warning("teams: roster lookup for %s took over %.1f s; deciding with the activity's identity",
                         fallback.id, wait)
@@ -245,6 +249,9 @@ class TeamsBot:
         except TimeoutError:
             decided = None  # the card says "Working on it…"; the posted card is updated when it is done
         record = await self.service.pending.get(pending_id)
+        if click.failed and record is not None and record.state == "open":
+            # Nothing was decided: the buttons stay, so the requester can try again.
+            return cards.invoke_card(cards.pending_card(record.as_action(), _requester_name(record, user)))
         return cards.invoke_card(self._click_card(record, decided, user))
 
     def _click_card(self, record: PendingRecord | None, decided: DecisionReply | None, user: UserRef) -> Json:
@@ -274,7 +281,9 @@ class TeamsBot:
             )
         except Exception:
             log.exception("teams: deciding %s failed", click.pending_id)
+            click.failed = True
             _settle(outcome, None)
+            await self._decision_failed(click)
             return
         _settle(outcome, decided)  # refusals and expiry return without a result to report
         if decided.status in SETTLED:  # the posted card shows the state for everyone
@@ -284,12 +293,31 @@ class TeamsBot:
             where = (record.platform_message or {}) if record else {}
             await self._post_reply(where.get("reference") or click.reference, decided.reply, click.user.name)
 
+    async def _decision_failed(self, click: Click) -> None:
+        """Say so in the thread, and give a still-open card its buttons back: never a silent "Working on it…"."""
+        try:
+            record = await self.service.pending.get(click.pending_id)
+        except Exception:
+            log.exception("teams: could not reload %s after a failed decision", click.pending_id)
+            record = None
+        where = (record.platform_message or {}) if record else {}
+        await self._send_safely(where.get("reference") or click.reference, cards.message(cards.DECIDE_ERROR_TEXT))
+        if record is None or record.state != "open" or not where.get("activity_id") or not where.get("reference"):
+            return
+        activity = cards.message(None, cards.pending_card(record.as_action(), _requester_name(record, click.user)))
+        try:
+            await self.connector.update(where["reference"], where["activity_id"], activity)
+        except Exception:
+            log.exception("teams: restoring the card of %s failed", record.id)
+
     async def _publish_once(self, click: Click) -> None:
         if click.published:
             return
         click.published = True
         record = await self.service.pending.get(click.pending_id)
-        if record is not None:
+        # Executing: another click is running the call and publishes its outcome when done; a
+        # "Creating the ticket…" sent from here could land after that (a throttled update) and stay.
+        if record is not None and record.state != "executing":
             await self._publish(record, click.user)
 
     async def _publish(self, record: PendingRecord, user: UserRef) -> None:

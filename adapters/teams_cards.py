@@ -29,6 +29,7 @@ FACT_FIELDS = (("category", "Category"), ("summary", "Summary"), ("urgency", "Ur
 
 REFUSAL_TEXT = "Sorry, PolicyPal isn't available for your organization. Please ask your IT team."
 ERROR_TEXT = "Sorry, something went wrong on my side, so I couldn't answer. Please try again in a moment."
+DECIDE_ERROR_TEXT = "Sorry, something went wrong on my side with that click. Please try again in a moment."
 EMPTY_TEXT = "Ask me about a company policy, for example: *How many vacation days do I have?*"
 HANDOFF_STARTED = "Passing this conversation to the helpdesk…"
 WELCOME_TEXT = (
@@ -223,17 +224,18 @@ def _when(moment: datetime) -> str:
 def handoff_summary_card(
     *, case_id: str, user: str, question: str, reason: str, link: str | None, platform: str = ""
 ) -> Json:
-    """What the helpdesk channel sees for a new case: who, the question in one line, why, and a way back."""
-    facts = [
-        {"title": "Case", "value": case_id},
-        {"title": "User", "value": user or "unknown"},
-        {"title": "Reason", "value": reason or "requested by the user"},
-    ]
+    """What the helpdesk channel sees for a new case: who, the question in one line, why, and a way back.
+
+    The question and the user's name are typed by the user, so they are TextRuns (shown as typed): in a
+    TextBlock or a FactSet a ``[verify](https://evil)`` would show the helpdesk a disguised link.
+    """
+    facts = [{"title": "Case", "value": case_id}, {"title": "Reason", "value": reason or "requested by the user"}]
     if platform:
         facts.append({"title": "From", "value": platform})
     body = [
         text_block("New helpdesk case from PolicyPal", weight="Bolder", size="Medium"),
-        text_block(_one_line(question) or "(no question text)"),
+        plain_block(_one_line(question) or "(no question text)"),
+        plain_block(user or "unknown", label="User"),
         {"type": "FactSet", "facts": facts},
     ]
     actions = [{"type": "Action.OpenUrl", "title": "Open the conversation", "url": link}] if link else None

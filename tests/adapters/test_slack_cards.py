@@ -220,3 +220,19 @@ async def test_a_card_slack_refuses_is_withdrawn_and_handed_to_a_person(slack: S
     (case,) = await slack.service.store.list_handoffs()
     assert (case.reason, case.origin) == ("card_not_shown", f"action:{withdrawn.id}")
     assert await slack.service.store.count_tickets() == 0
+
+
+async def test_a_click_whose_decision_fails_says_so_and_gives_the_card_its_buttons_back(slack: SlackRig, monkeypatch):
+    card, event = await post_card(slack)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("database down")
+
+    monkeypatch.setattr(slack.service, "decide", broken)
+    await click(slack, ALICE, CONFIRM, card, event)
+    _, note = await slack.replies(2)
+    assert note["thread_ts"] == event["ts"] and "Something went wrong" in note["text"]
+    working, restored = await slack.slack.wait_for("chat.update", 2)
+    assert "Working on it" in context_text(working)
+    assert button(restored, CONFIRM) == button(card, CONFIRM)  # the requester can try again
+    assert len(await slack.service.store.find_pending("open")) == 1

@@ -75,3 +75,9 @@ def test_emphasis_never_reaches_inside_a_bare_url_but_still_closes_after_one():
 
 def test_an_autolink_cannot_hide_its_target_behind_a_slack_label():
     assert to_mrkdwn("<https://evil.example|VPN>") == "<https://evil.example%7CVPN>"
+
+
+def test_a_link_target_cannot_smuggle_a_channel_ping_or_a_second_token():
+    assert to_mrkdwn("[hi](https://a.example/<!channel>)") == "<https://a.example/%3C!channel|hi>"
+    assert to_mrkdwn("[hi](<https://a.example/<!here>)") == "<https://a.example/%3C!here|hi>"
+    assert to_mrkdwn("<https://a.example<!channel>") == "<https://a.example%3C!channel>"

@@ -427,3 +427,18 @@ async def test_no_welcome_for_someone_else_joining_a_channel_install_or_a_foreig
         assert status in (200, 201)
     await asyncio.sleep(0.3)
     assert teams.channel.messages() == []
+
+
+# --- malformed requests ------------------------------------------------------------------------------
+
+
+async def test_a_body_that_is_not_a_json_activity_gets_400_not_a_server_error(teams):
+    import aiohttp
+
+    bodies = [(b"not json", "application/json"), (b"[1, 2]", "application/json"), (b"", "application/json"),
+              (b'{"type": "message"}', "text/plain")]  # fmt: skip
+    async with aiohttp.ClientSession() as session:
+        for body, content_type in bodies:
+            async with session.post(teams.url, data=body, headers={"Content-Type": content_type}) as response:
+                assert response.status == 400, (body, await response.text())
+    assert teams.channel.recorded == [] and teams.model.requests == []

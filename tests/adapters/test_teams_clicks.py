@@ -386,3 +386,78 @@ async def test_a_slow_roster_does_not_hold_up_the_answer_to_a_click(tmp_path, fa
         assert "Only" not in card_text(decided)  # decided as Alice, by her AAD id from the activity
         assert (await teams.reply(count=2)).text == "Raised."
         assert (await teams.service.store.get_ticket(1))["requester_id"] == ALICE["aadObjectId"]
+
+
+async def test_a_roster_lookup_slower_than_a_click_still_fills_the_profile_cache(
+    tmp_path, fake_openai, sample_index, monkeypatch
+):
+    from tests.fakes.bot_connector import FakeBotConnector
+
+    member = FakeBotConnector._member
+
+    async def slow_for_bob(self, request):
+        if request.match_info["member"] == BOB["id"]:
+            await asyncio.sleep(1.5)  # past the click's 1 s share of the 2 s invoke budget
+        return await member(self, request)
+
+    monkeypatch.setattr(FakeBotConnector, "_member", slow_for_bob)
+    async for teams in running_teams(tmp_path, fake_openai, sample_index, monkeypatch, invoke_wait_s=2.0):
+        teams.model.script(propose())
+        posted, card = await card_in_channel(teams)
+        started = time.monotonic()
+        first = await click(teams, posted, "confirm", card, sender=BOB)
+        assert time.monotonic() - started < 1.9  # answered within budget, without waiting for the roster
+        for _ in range(100):  # the lookup finishes in the background
+            if (posted.conversation_id.partition(";")[0], BOB["id"]) in teams.channel.member_lookups:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        second = await click(teams, posted, "cancel", card, sender=BOB)
+        assert time.monotonic() - started < 0.9  # the profile was cached: no slow lookup again
+        bob_lookups = [lookup for lookup in teams.channel.member_lookups if lookup[1] == BOB["id"]]
+        assert len(bob_lookups) == 1
+        for seen in (first, second):
+            assert "Only Alice Example can confirm or cancel this request." in card_text(seen)
+        assert len(await teams.service.store.find_pending("open")) == 1
+
+
+async def test_a_click_whose_decision_fails_says_so_and_keeps_the_buttons(teams, monkeypatch):
+    teams.model.script(propose())
+    posted, card = await card_in_channel(teams)
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("database down")
+
+    monkeypatch.setattr(teams.service, "decide", broken)
+    seen = await click(teams, posted, "confirm", card)
+
+    assert [a["verb"] for a in seen["actions"]] == ["confirm", "cancel"]  # not a dead "Working on it…"
+    told = await teams.reply(count=2)
+    assert told.text.startswith("Sorry, something went wrong") and told.conversation_id == posted.conversation_id
+    update = await teams.channel.wait_for(lambda r: r.kind == "update")
+    assert update.activity_id == posted.id and update.cards[0]["actions"] == card["actions"]
+    assert len(await teams.service.store.find_pending("open")) == 1
+
+
+async def test_a_second_click_while_the_ticket_is_created_never_leaves_the_card_saying_creating(
+    tmp_path, fake_openai, sample_index, monkeypatch
+):
+    async with FakeWebhook() as hook:
+        hook.script(slow(1.0))
+        harness = running_teams(tmp_path, fake_openai, sample_index, monkeypatch, invoke_wait_s=0.3,
+                                tickets="webhook", tickets_webhook_url=hook.url, tickets_webhook_secret=hook.secret)
+        teams = await anext(harness)
+        try:
+            teams.model.script(propose(), text("Done: your ticket is open."))
+            posted, card = await card_in_channel(teams)
+            await click(teams, posted, "confirm", card)
+            teams.channel.refuse_next(429, retry_after="2")  # a throttled channel delays any update from here
+            second = await click(teams, posted, "confirm", card)
+            assert "Creating the ticket…" in card_text(second)
+            await teams.reply(count=2)
+            await asyncio.sleep(2.5)  # past the Retry-After of anything the second click sent
+            assert "WH-1" in card_text(teams.channel.updates[-1].cards[0])
+            assert len(hook.requests) == 1  # one ticket, however many clicks
+        finally:
+            await harness.aclose()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from urllib.parse import unquote
 
@@ -10,6 +11,7 @@ import pytest
 from aiohttp import web
 from msrest.exceptions import HttpOperationError
 
+from adapters import teams_cards as cards
 from adapters.teams_helpdesk import TeamsChannelDestination, teams_destination
 from bot.config import ConfigError, Settings
 from bot.db_types import utcnow
@@ -57,9 +59,9 @@ async def test_a_case_is_posted_to_the_helpdesk_channel_as_a_card():
     assert posted.kind == "send" and posted.conversation_id == HELPDESK_CHANNEL and posted_id == posted.id
     (card,) = posted.cards
     assert card["version"] == "1.5"
-    facts = {f["title"]: f["value"] for f in card["body"][2]["facts"]}
-    assert facts["Case"] == "HD-42" and facts["User"] == "Alice Example (alice@contoso.example)"
-    assert card["body"][1]["text"] == "My VPN fails with NG-809 after the update, what now?"
+    facts = {f["title"]: f["value"] for f in card["body"][3]["facts"]}
+    assert facts["Case"] == "HD-42" and cards.card_fields(card) == {"User": "Alice Example (alice@contoso.example)"}
+    assert plain_text(card["body"][1]) == "My VPN fails with NG-809 after the update, what now?"
     assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open the conversation", "url": CASE.link}]
 
 
@@ -70,8 +72,29 @@ async def test_the_real_handoff_case_renders_with_its_one_line_question_and_reas
     async with FakeBotConnector() as channel:
         await teams_destination(settings_for(channel)).deliver(case)
     card = channel.messages()[0].cards[0]
-    assert card["body"][1]["text"] == case.question_line()
-    assert {"title": "Reason", "value": reason_label("step_budget")} in card["body"][2]["facts"]
+    assert plain_text(card["body"][1]) == case.question_line()
+    assert {"title": "Reason", "value": reason_label("step_budget")} in card["body"][3]["facts"]
+
+
+async def test_the_users_question_and_name_never_format_themselves_in_the_helpdesk_card():
+    """A TextBlock or a FactSet is Markdown in Teams: a typed link would reach the helpdesk disguised."""
+    link = "[Approved by IT, click to verify](https://evil.example)"
+    case = replace(CASE, question=f"**Urgent** {link}", user=UserRef("aad-mallory", link))
+    async with FakeBotConnector() as channel:
+        await TeamsChannelDestination(settings_for(channel)).deliver(case)
+    (card,) = channel.messages()[0].cards
+    markdown_read = [b for b in card["body"] if b["type"] == "TextBlock"] + [
+        f for b in card["body"] if b["type"] == "FactSet" for f in b["facts"]
+    ]
+    assert "evil.example" not in json.dumps(markdown_read) and "Urgent" not in json.dumps(markdown_read)
+    assert plain_text(card["body"][1]) == f"**Urgent** {link}"  # shown literally, as typed
+    assert cards.card_fields(card) == {"User": link}
+
+
+def plain_text(block: dict) -> str:
+    """The literal text of a RichTextBlock of TextRuns."""
+    assert block["type"] == "RichTextBlock" and all(run["type"] == "TextRun" for run in block["inlines"])
+    return "".join(run["text"] for run in block["inlines"])
 
 
 async def test_a_refused_post_raises():
