@@ -230,6 +230,12 @@ async def _compact(deps: AgentDeps, state: RunState, budget: Budget, trace: RunT
         trace.add(Step("compaction", deps.model.name, latency_ms=watch.ms(), error=str(exc)))
         return
     cost = budget.record(reply.usage, counts_as_step=False)
+    if not (reply.text or "").strip():  # a reasoning model can spend its whole cap before writing a word
+        step = _call_step(
+            "compaction", deps, reply, watch, cost, stop_reason=reply.finish_reason, error="empty summary"
+        )
+        trace.add(step)
+        return  # folding into nothing would drop every result in the middle; keep the history as it is
     state.messages = apply_compaction(plan, reply.text or "")
     trace.add(_call_step("compaction", deps, reply, watch, cost, text=f"folded {len(plan.middle)} messages"))
 
@@ -242,6 +248,8 @@ def _final(state: RunState, trace: RunTrace, reply: ModelReply) -> RunResult:
     text = (reply.text or "").strip()
     if reply.finish_reason == "length":
         return _give_up(state, trace, TerminationReason.TOKEN_BUDGET)  # a cut-off answer is a guess
+    if reply.finish_reason == "content_filter":
+        return _give_up(state, trace, TerminationReason.MODEL_ERROR)  # the provider withheld or cut the text
     if not text:
         return _give_up(state, trace, TerminationReason.MODEL_ERROR)
     return _finish(state, trace, TerminationReason.ANSWERED, Answer(text, _citations(text, state)))

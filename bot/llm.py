@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -41,6 +44,26 @@ class ModelTimeout(ModelError):
     """The model call ran past its timeout; the run ends with ``model_error`` like any other failure."""
 
 
+_CALL_ENDS: ContextVar[float | None] = ContextVar("policypal_model_call_ends", default=None)
+
+
+class _DeadlineAwareClient(AsyncOpenAI):
+    """The SDK client, except that it does not wait out a ``Retry-After`` that ends past the call's timeout.
+
+    The SDK honours a server's Retry-After of up to minutes; inside a 20 s run that sleep only ends at
+    our deadline, so the user waited for nothing and the run read as ``deadline`` with the 429 or 503
+    hidden. Declining the retry raises the status error at once, with the API's message.
+    (``_should_retry`` is the SDK's own hook for this decision; the call's end is a context variable
+    because one client serves every run.)
+    """
+
+    def _should_retry(self, response: Any) -> bool:  # the SDK's HTTP response (its httpx flavour varies)
+        ends, wait = _CALL_ENDS.get(), self._parse_retry_after_header(response.headers)
+        if ends is not None and wait is not None and time.monotonic() + wait >= ends:
+            return False
+        return super()._should_retry(response)
+
+
 class OpenAIChatModel:
     """ChatModel over any OpenAI-compatible chat-completions endpoint (OpenAI, Azure, vLLM, Ollama).
 
@@ -64,7 +87,9 @@ class OpenAIChatModel:
         self._api_key = api_key
         self._host = urlsplit(base_url).hostname if base_url else "api.openai.com"
         self._max_tokens_field = _resolve_max_tokens_field(max_tokens_param, self._host)
-        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url or OPENAI_BASE_URL, max_retries=max_retries)
+        self._client = _DeadlineAwareClient(
+            api_key=api_key, base_url=base_url or OPENAI_BASE_URL, max_retries=max_retries
+        )
 
     async def complete(
         self,
@@ -76,6 +101,7 @@ class OpenAIChatModel:
     ) -> ModelReply:
         """One completion; ``timeout`` bounds the whole call, the SDK's retries included."""
         request = self._request(messages, tools, max_tokens)
+        ends = _CALL_ENDS.set(time.monotonic() + timeout)
         try:
             async with asyncio.timeout(timeout):
                 completion = await self._client.chat.completions.create(**request, timeout=timeout)
@@ -83,6 +109,8 @@ class OpenAIChatModel:
             raise ModelTimeout(f"{self._where()}: no reply within {timeout:g} s") from None
         except openai.OpenAIError as exc:
             raise ModelError(self._redact(f"{self._where()}: {_describe(exc)}")) from None
+        finally:
+            _CALL_ENDS.reset(ends)
         return _to_reply(completion, messages, tools, self._where())
 
     async def aclose(self) -> None:
@@ -168,7 +196,7 @@ def _read_reply(completion: object, messages: Sequence[Message], tools: Sequence
     body = _object(completion, "the body")
     choices = _get(body, "choices")
     if not choices:
-        raise _Malformed("the reply had no choices")
+        raise _Malformed(f"the reply had no choices{_error_in(body)}")
     if not isinstance(choices, list):
         raise _Malformed(f"choices is {_kind(choices)}, not a list")
     choice = _object(choices[0], "the choice")
@@ -183,6 +211,13 @@ def _read_reply(completion: object, messages: Sequence[Message], tools: Sequence
         finish_reason=finish,
         model=_optional_str(_get(body, "model"), "model") or "",
     )
+
+
+def _error_in(body: object) -> str:
+    """The error a proxy (OpenRouter, LiteLLM) put in a 200 body instead of choices, for the trace."""
+    error = _get(body, "error")
+    message = _get(error, "message") if isinstance(error, dict | BaseModel) else error
+    return f" (error: {_KEY_SHAPED.sub('[redacted]', message[:300])})" if isinstance(message, str) and message else ""
 
 
 def _text(content: object) -> str | None:
@@ -203,7 +238,29 @@ def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
         return ()
     if not isinstance(raw, list):
         raise _Malformed(f"tool_calls is {_kind(raw)}, not a list")
-    return tuple(_to_tool_call(item, n) for n, item in enumerate(raw))
+    return _unique_ids([_to_tool_call(item, n) for n, item in enumerate(raw)])
+
+
+def _unique_ids(calls: list[ToolCall]) -> tuple[ToolCall, ...]:
+    """Give a call whose id an earlier call in the reply already has an id of its own.
+
+    Some compatible servers number calls per reply or reuse one id; results are matched to calls by
+    id, so a shared id would hand every such call the last one's result. The reply is stored (and sent
+    back) with the new ids, so the model sees each call answered by its own result.
+    """
+    taken = {call.id for call in calls}  # a new id must not take one a later call already has
+    seen: set[str] = set()
+    unique = []
+    for n, call in enumerate(calls):
+        if call.id in seen:
+            call_id = f"{call.id}_{n}"
+            while call_id in taken:
+                call_id += "_"
+            taken.add(call_id)
+            call = replace(call, id=call_id)
+        seen.add(call.id)
+        unique.append(call)
+    return tuple(unique)
 
 
 def _to_tool_call(raw: object, index: int) -> ToolCall:

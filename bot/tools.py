@@ -103,6 +103,8 @@ class ToolRegistry:
             raise ToolRefusal(f"Arguments for {name} are not valid JSON ({exc.msg} at char {exc.pos}).") from None
         except (RecursionError, ValueError):  # nesting past the parser's limit, a number too long to convert
             raise ToolRefusal(f"Arguments for {name} are nested too deeply or hold a value too large.") from None
+        if isinstance(arguments, str):
+            arguments = _unwrap(arguments)
         if not isinstance(arguments, dict):
             raise ToolRefusal(f"Arguments for {name} must be a JSON object.")
         return tool, arguments
@@ -126,6 +128,17 @@ class ToolRegistry:
                 f"Not permitted: {tool.name} is not available to this user.",
                 denied_write=tool.consequence == Consequence.WRITE,
             )
+
+
+def _unwrap(text: str) -> Any:
+    """Arguments some compatible servers encode twice (a JSON string holding the JSON object), decoded.
+
+    The model did nothing wrong there, so refusing would only make it resend the same call.
+    """
+    try:
+        return json.loads(text)
+    except (RecursionError, ValueError):  # JSONDecodeError is a ValueError
+        return text
 
 
 def _describe(error: Any) -> str:

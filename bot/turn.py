@@ -154,8 +154,8 @@ async def _execute(ready: _Ready, step: Step, context: ToolContext, state: RunSt
         _collect_sources(result, state)
     except Exception as exc:  # a failing tool is an observation, never the end of the run
         log.exception("tool %s raised", ready.tool.name)
-        content = _error(f"{ready.tool.name} failed: {type(exc).__name__}: {exc}")
-        step.error = f"{type(exc).__name__}: {exc}"
+        content = _cap(_error(f"{ready.tool.name} failed: {type(exc).__name__}: {exc}"), result_chars)
+        step.error = f"{type(exc).__name__}: {exc}"[:PREVIEW_CHARS]
     step.latency_ms = watch.ms()
     step.result_chars = len(content)
     step.text = content[:PREVIEW_CHARS]
@@ -206,7 +206,19 @@ def bounded_json(result: dict[str, Any], limit: int) -> str:
 
 
 def _cap(content: str, limit: int) -> str:
+    """``content`` cut to fit ``limit`` once wrapped as JSON, whose escaping (quotes, backslashes) adds length."""
     if len(content) <= limit:
         return content
     marker = f"…[truncated: {max(len(content) - limit, 0)} more characters]"
-    return json.dumps({"partial": content[: max(limit - len(marker) - 30, 0)], "truncated": marker})
+    low, high = 0, limit  # the longest prefix that fits: escaping grows monotonically with the prefix
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(_partial(content[:middle], marker)) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return _partial(content[:low], marker)
+
+
+def _partial(prefix: str, marker: str) -> str:
+    return to_json({"partial": prefix, "truncated": marker})

@@ -406,3 +406,94 @@ async def test_a_bug_inside_the_loop_still_ends_the_run_with_a_reason_a_trace_an
     assert (row.status, row.reason) == ("finished", "internal_error")
     assert row.trace[-1]["kind"] == "error" and row.trace[-1]["error"] == "boom"
     assert "unexpected error in the agent loop" in caplog.text and "RuntimeError: boom" in caplog.text
+
+
+class EchoSearch:
+    """A searcher whose one passage names the query, so a test can tell which call a result answers."""
+
+    async def asearch(self, query, k=5, filter=None):
+        from retrieval.types import Passage
+
+        return [Passage(score=0.9, doc_id="d", title="T", heading=f"T > {query}", source="s", text=f"about {query}")]
+
+
+async def test_parallel_calls_sharing_one_id_each_get_their_own_result(tmp_path, fake_openai):
+    fake_openai.script(tool_calls(search("receipts"), search("taxis"), ids=("call_0", "call_0")), text("Done."))
+    async with service(tmp_path, fake_openai, EchoSearch()) as svc:
+        reply = await ask(svc, "receipts and taxis?")
+    assert reply.reason == TerminationReason.ANSWERED
+    second = fake_openai.requests[1]
+    call_ids = [c["id"] for c in second.messages[-3]["tool_calls"]]
+    assert len(set(call_ids)) == 2
+    assert [m["tool_call_id"] for m in second.messages[-2:]] == call_ids
+    receipts, taxis = last_tool_results(second)
+    assert receipts["results"][0]["text"] == "about receipts"
+    assert taxis["results"][0]["text"] == "about taxis"
+
+
+async def test_an_answer_stopped_by_the_content_filter_is_not_given_as_an_answer(tmp_path, fake_openai, sample_index):
+    fake_openai.script(text("You can claim the full amount if you", finish_reason="content_filter"))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "can I claim my taxi?")
+        row = await svc.store.get_run(reply.run_id)
+    assert reply.reason == TerminationReason.MODEL_ERROR
+    assert isinstance(reply.outcome, GaveUp) and reply.outcome.case_id
+    assert row.trace[-1]["stop_reason"] == "content_filter"
+
+
+async def test_arguments_a_server_encoded_twice_are_decoded_and_the_tool_runs(tmp_path, fake_openai):
+    twice = json.dumps(json.dumps({"query": "receipts"}))  # '"{\"query\": \"receipts\"}"'
+    fake_openai.script(tool_calls((SEARCH, twice)), text("Keep receipts [T › receipts]."))
+    async with service(tmp_path, fake_openai, EchoSearch()) as svc:
+        reply = await ask(svc, "receipts?")
+    assert reply.reason == TerminationReason.ANSWERED
+    (observation,) = last_tool_results(fake_openai.requests[1])
+    assert observation["results"][0]["text"] == "about receipts"
+
+
+async def test_a_huge_tool_error_is_capped_like_any_result(tmp_path, fake_openai):
+    class FailingIndex:
+        async def asearch(self, query, k=5, filter=None):
+            raise RuntimeError('qdrant answered 500: {"status": {"error": "' + "shard unavailable; " * 2_000 + '"}}')
+
+    fake_openai.script(tool_calls(search("leave")), text("The search failed; please ask the helpdesk."))
+    async with service(tmp_path, fake_openai, FailingIndex(), tool_result_chars=1_000) as svc:
+        reply = await ask(svc, "how much leave?")
+    assert reply.reason == TerminationReason.ANSWERED
+    content = fake_openai.requests[1].messages[-1]["content"]
+    assert len(content) <= 1_000
+    assert "…[truncated: " in json.loads(content)["truncated"]
+
+
+async def test_an_empty_summary_does_not_fold_the_history_away(tmp_path, fake_openai, sample_index):
+    queries = ["annual leave", "sick leave", "travel class", "expenses receipts"]
+    fake_openai.script(
+        *[tool_calls(search(q)) for q in queries],
+        text("", finish_reason="length"),  # the summary call: a reasoning model spent its cap thinking
+        text("Here is everything."),
+    )
+    async with service(
+        tmp_path, fake_openai, sample_index, compact_at_tokens=1_500, max_searches=10, max_steps=8, max_tokens=60_000
+    ) as svc:
+        reply = await ask(svc, "the original question about leave and travel")
+        row = await svc.store.get_run(reply.run_id)
+    assert reply.reason == TerminationReason.ANSWERED, reply
+    summary_request = next(r for r in fake_openai.requests if not r.tools)
+    after = fake_openai.requests[fake_openai.requests.index(summary_request) + 1]
+    assert len([m for m in after.messages if m["role"] == "tool"]) == len(queries)  # every result still there
+    assert not any(str(m.get("content") or "").startswith("Summary of my earlier steps") for m in after.messages)
+    assert any(step["kind"] == "compaction" and step.get("error") == "empty summary" for step in row.trace)
+    fake_openai.assert_script_consumed()
+
+
+async def test_a_rate_limit_asking_to_wait_past_the_deadline_ends_the_run_at_once(tmp_path, fake_openai, sample_index):
+    fake_openai.script(error(429, "Rate limit reached", headers={"retry-after": "30"}), text("too late"))
+    async with service(tmp_path, fake_openai, sample_index, deadline_s=3.0) as svc:
+        started = asyncio.get_running_loop().time()
+        reply = await ask(svc, "what is the travel policy?")
+        elapsed = asyncio.get_running_loop().time() - started
+        row = await svc.store.get_run(reply.run_id)
+    assert reply.reason == TerminationReason.MODEL_ERROR
+    assert elapsed < 2
+    assert "HTTP 429: Rate limit reached" in row.trace[-1]["error"]
+    assert fake_openai.remaining == 1

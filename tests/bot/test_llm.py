@@ -346,3 +346,51 @@ async def test_lone_surrogates_in_a_reply_become_replacement_characters(fake: Fa
 
     assert reply.text == "Looking \ufffd up"
     assert reply.tool_calls[0].arguments == '{"query": "vpn \ufffd"}'
+
+
+async def test_calls_sharing_an_id_get_ids_of_their_own(fake: FakeOpenAI) -> None:
+    fake.script(
+        tool_calls(
+            ("search_policies", {"query": "receipts"}),
+            ("search_policies", {"query": "taxis"}),
+            ("search_policies", {"query": "hotels"}),
+            ids=("call_0", "call_0", "call_0_1"),
+        )
+    )
+
+    reply = await complete(model_for(fake))
+
+    ids = [call.id for call in reply.tool_calls]
+    assert ids[0] == "call_0" and ids[2] == "call_0_1"
+    assert len(set(ids)) == 3
+    assert [c["id"] for c in reply.as_message()["tool_calls"]] == ids
+
+
+async def test_a_retry_after_past_the_timeout_fails_at_once_with_the_status(fake: FakeOpenAI) -> None:
+    fake.script(error(429, "Rate limit reached for requests", headers={"retry-after": "30"}), text("too late"))
+
+    started = time.monotonic()
+    with pytest.raises(ModelError) as caught:
+        await complete(model_for(fake), timeout=2.0)
+
+    assert time.monotonic() - started < 1.0  # not the 2 s timeout spent waiting for a retry that cannot come
+    assert not isinstance(caught.value, ModelTimeout)
+    assert "HTTP 429" in str(caught.value) and "Rate limit reached" in str(caught.value)
+    assert fake.remaining == 1
+
+
+async def test_a_retry_after_within_the_timeout_is_still_waited_for(fake: FakeOpenAI) -> None:
+    fake.script(error(503, "Overloaded", headers={"retry-after-ms": "200"}), text("after the retry"))
+
+    reply = await complete(model_for(fake), timeout=2.0)
+
+    assert reply.text == "after the retry"
+    fake.assert_script_consumed()
+
+
+async def test_a_reply_with_an_error_instead_of_choices_says_what_the_error_was(fake: FakeOpenAI) -> None:
+    body = {"id": "gen-1", "object": "chat.completion", "error": {"message": "Provider returned error", "code": 502}}
+    fake.script(raw(200, json.dumps(body), headers={"content-type": "application/json"}))
+
+    with pytest.raises(ModelError, match=r"no choices \(error: Provider returned error\)"):
+        await complete(model_for(fake))

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from bot.tools import Consequence, Tool, ToolRefusal, ToolRegistry
@@ -80,3 +82,10 @@ def test_arguments_with_a_lone_surrogate_are_refused_at_validation():
         registry.validate(tool, args)
     tool, args = registry.parse("write_it", '{"summary": "Laptop \\ud83d\\ude00 broken"}')  # a pair is fine
     registry.validate(tool, args)
+
+
+def test_arguments_a_server_encoded_twice_are_decoded_once_more():
+    _, arguments = _registry().parse("count", json.dumps('{"n": 1}'))
+    assert arguments == {"n": 1}
+    with pytest.raises(ToolRefusal, match="must be a JSON object"):
+        _registry().parse("count", json.dumps("n is one"))

@@ -1,0 +1,22 @@
+"""Tool results as the model reads them: bounded, and still valid JSON."""
+
+import json
+
+import pytest
+
+from bot.turn import bounded_json
+
+RESULTS_WITHOUT_A_LIST = {
+    "quotes": {"rows": [{"name": "x", "value": "y"}] * 500},  # each quote is escaped when wrapped
+    "non-ascii": {"text": "Überstunden werden vergütet. 日本語 " * 300},
+    "backslashes": {"path": "C:\\Users\\share\\" * 500},
+}
+
+
+@pytest.mark.parametrize("result", RESULTS_WITHOUT_A_LIST.values(), ids=RESULTS_WITHOUT_A_LIST.keys())
+def test_a_capped_result_fits_the_limit_whatever_its_characters(result):
+    content = bounded_json(result, 4_000)
+    assert len(content) <= 4_000
+    capped = json.loads(content)
+    assert "…[truncated: " in capped["truncated"]
+    assert len(capped["partial"]) > 1_000  # cut to fit, not emptied
