@@ -19,6 +19,7 @@ from bot.config import ConfigError, Settings
 from bot.handoff import Destination, Helpdesk, TranscriptLimits
 from bot.llm import build_model
 from bot.metrics import Metrics
+from bot.offline_model import NAME as OFFLINE_MODEL
 from bot.outbox import Outbox, OutboxPolicy
 from bot.pending import PendingActions
 from bot.policy_tools import Searcher, policy_tools
@@ -55,6 +56,12 @@ def agent_deps(settings: Settings, model: ChatModel, searcher: Searcher, tickets
         price = prices.require(model.name) if settings.max_cost_usd is not None else prices.lookup(model.name)
     except (UnknownPrice, ValueError) as exc:
         raise ConfigError(str(exc)) from None
+    if price is None and model.name != OFFLINE_MODEL:
+        log.warning(
+            "No price is known for model %r and no dollar cap is set: traces record its cost as $0. "
+            "Price it with POLICYPAL_MODEL_PRICES (use [0, 0] for a self-hosted model).",
+            model.name,
+        )
     loop = LoopSettings(
         max_output_tokens=settings.max_output_tokens,
         compact_at_tokens=settings.compact_at_tokens,
@@ -67,7 +74,7 @@ def agent_deps(settings: Settings, model: ChatModel, searcher: Searcher, tickets
             sections=_sections(searcher),
         ),
         budgets=budgets(settings),
-        price=price or prices.lookup("policypal-offline"),  # type: ignore[arg-type]
+        price=price or prices.lookup(OFFLINE_MODEL),  # type: ignore[arg-type]
         settings=loop,
     )
 

@@ -132,6 +132,16 @@ async def test_a_dollar_cap_on_a_model_without_a_price_is_refused_at_start(tmp_p
     await svc.close()
 
 
+async def test_a_model_without_a_price_and_no_cap_warns_that_its_cost_is_recorded_as_zero(
+    tmp_path, fake_openai, sample_index, caplog
+):
+    settings = settings_for(tmp_path, fake_openai, model="my-private-llm", max_cost_usd=None)
+    svc = await open_service(settings, searcher=sample_index)
+    await svc.close()
+    (warning,) = [r.getMessage() for r in caplog.records if "No price is known" in r.getMessage()]
+    assert "'my-private-llm'" in warning and "POLICYPAL_MODEL_PRICES" in warning
+
+
 async def test_model_errors_after_retries_end_the_run_with_model_error(tmp_path, fake_openai, sample_index):
     retry_now = {"retry-after-ms": "1"}
     fake_openai.script(*[error(500, "upstream exploded", headers=retry_now)] * 3)
