@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="remove what was indexed from these paths instead (they may no longer exist)")
 
     search = sub.add_parser("search", help="search the policy index")
-    search.add_argument("query")
+    search.add_argument("query", type=_query)
     search.add_argument("-k", type=_passage_count, default=None, help=f"number of passages (1-{MAX_K}, default 5)")
     search.add_argument("--section", default=None, help="only this section")
     search.add_argument("--json", action="store_true", help="print one JSON array for scripts")
@@ -110,6 +110,13 @@ def _path(value: str) -> str:
     """A path argument; an empty one (an unset ``$DIR``) would mean the working directory, so it is refused."""
     if not value.strip():
         raise argparse.ArgumentTypeError("an empty path (it would mean the current directory; write . for that)")
+    return value
+
+
+def _query(value: str) -> str:
+    """A search query; a blank one (an unset ``$Q``) has nothing to search for, which is not "no passage"."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty query")
     return value
 
 

@@ -221,3 +221,14 @@ def test_an_empty_path_is_a_usage_error_not_the_working_directory(
     assert "argument paths: an empty path" in capsys.readouterr().err
     code, out, _err = run_cli(capsys, "search", "what does error KX-7731 mean?")
     assert code == 0 and "KX-7731" in out  # still indexed
+
+
+def test_an_empty_query_is_a_usage_error_not_no_passage(
+    data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`policypal search " "` said no passage answers it, as if the policy had been searched."""
+    run_cli(capsys, "index", str(corpus_dir))
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(capsys, "search", "  ")
+    assert exit_info.value.code == 2
+    assert "argument query: an empty query" in capsys.readouterr().err
