@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 REDACTED = "[redacted]"
+HIDDEN_PASSWORD = "***"  # how SQLAlchemy shows a URL's password (render_as_string(hide_password=True))
 MIN_SECRET_CHARS = 6  # shorter configured values would redact ordinary words
 MIN_PIN_CHARS = 4  # "my password is 1234" is a secret; "is 2" or "is a" is prose
 LONG_SECRET_CHARS = 20  # a single "word" this long after "password is" is a passphrase, not prose
@@ -87,7 +88,7 @@ class Redactor:
         (``MicrosoftAppPassword``) that the credential-shaped patterns of ``text`` would hide."""
         for secret in self._secrets:
             value = value.replace(secret, REDACTED)
-        return _URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
+        return _URL_PASSWORD.sub(_url_password, value)
 
     def value(self, value: Any) -> Any:
         """Any JSON-like value, recursively; keys that name a secret lose their value."""
@@ -98,6 +99,12 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.value(item) for item in value]
         return value
+
+
+def _url_password(match: re.Match[str]) -> str:
+    """``user:[redacted]@``; a password already masked (SQLAlchemy's ``***``) is left as it is."""
+    masked = match.group(2) in (HIDDEN_PASSWORD, REDACTED)
+    return match.group(0) if masked else f"{match.group(1)}:{REDACTED}@"
 
 
 def _authorization(match: re.Match[str]) -> str:
