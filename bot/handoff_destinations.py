@@ -83,8 +83,27 @@ class EmailDestination:
         self._timeout = timeout_s
 
     async def deliver(self, case: HandoffCase) -> str | None:
+        """A one-off send to every recipient; raises when any of them refused it."""
         message = self.message(case)
-        await asyncio.to_thread(self._send, message)
+        refused = await asyncio.to_thread(self._send, message, self._recipients)
+        if refused:
+            raise smtplib.SMTPRecipientsRefused(refused)
+        return str(message["Message-ID"])
+
+    async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None:
+        """The outbox's send: only to recipients that have not taken it yet; a refusal is a failed attempt.
+
+        Retrying the whole email for one refused address would send it again to everyone who has it,
+        so the addresses that accepted it are saved and the next attempt skips them.
+        """
+        done = set(json.loads(delivery.progress)) if delivery.progress else set()
+        todo = [to for to in self._recipients if to not in done]
+        message = self.message(case)
+        refused = await asyncio.to_thread(self._send, message, todo)
+        if refused:
+            if accepted := [to for to in todo if to not in refused]:
+                await delivery.save(json.dumps(sorted(done.union(accepted))))
+            raise smtplib.SMTPRecipientsRefused(refused)
         return str(message["Message-ID"])
 
     def message(self, case: HandoffCase) -> EmailMessage:
@@ -102,15 +121,29 @@ class EmailDestination:
         message.add_attachment(transcript, subtype="json", filename=f"{case.case_id}.json")
         return message
 
-    def _send(self, message: EmailMessage) -> None:
+    def _send(self, message: EmailMessage, recipients: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        """Send to ``recipients``; returns those the server refused (all refused raises)."""
         context = ssl.create_default_context()
         if self._port == SMTPS_PORT:
             client: smtplib.SMTP = smtplib.SMTP_SSL(self._host, self._port, timeout=self._timeout, context=context)
         else:
             client = smtplib.SMTP(self._host, self._port, timeout=self._timeout)
-        with client:
+        try:
             if self._starttls and self._port != SMTPS_PORT:
                 client.starttls(context=context)
             if self._user:
                 client.login(self._user, self._password or "")
-            client.send_message(message)
+            refused = client.send_message(message, to_addrs=list(recipients))
+        except BaseException:
+            client.close()
+            raise
+        _quit_quietly(client)
+        return refused
+
+
+def _quit_quietly(client: smtplib.SMTP) -> None:
+    """Say goodbye after the server took the message: a failed QUIT must not make the outbox send it again."""
+    try:
+        client.quit()
+    except (smtplib.SMTPException, OSError):
+        client.close()

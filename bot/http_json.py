@@ -5,7 +5,8 @@ Exceptions::
 
     RemoteError              a remote API call failed; ``kind`` says how, ``retryable`` whether to try again
       kind="auth"            401/403: credentials wrong or not allowed
-      kind="validation"      other 4xx: the API rejected what we sent (its own message is quoted)
+      kind="validation"      other 4xx: the API rejected what we sent (its own message is quoted),
+                             or a 3xx to a POST: it never reached the endpoint (the URL is not the final one)
       kind="rate_limited"    429                                  (retryable)
       kind="unavailable"     5xx, or the host could not be reached (retryable)
       kind="timeout"         no answer within the timeout         (retryable)
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-PolicyPal-Signature"
 TIMESTAMP_HEADER = "X-PolicyPal-Timestamp"
 MAX_RETRY_AFTER_S = 5.0  # honour Retry-After only this far: a confirm click is waiting
+FOLLOWS_REDIRECTS = frozenset({"GET", "HEAD"})  # a redirected POST comes back as a GET without its body
 T = TypeVar("T")
 
 
@@ -97,8 +99,12 @@ class JsonHttp:
         sent = {"Accept": "application/json", **self._headers, **(headers or {})}
         if data is not None:
             sent.setdefault("Content-Type", "application/json")
+        follow = method.upper() in FOLLOWS_REDIRECTS
         try:
-            async with self._client().request(method, url, data=data, params=params, headers=sent) as response:
+            request = self._client().request(
+                method, url, data=data, params=params, headers=sent, allow_redirects=follow
+            )
+            async with request as response:
                 raw = await response.read()
                 return self._answer(response, raw, error_text)
         except TimeoutError:
@@ -122,6 +128,8 @@ class JsonHttp:
         body = _decode(raw)
         if response.status < 300:
             return JsonResponse(response.status, body)
+        if 300 <= response.status < 400:
+            raise _redirect_error(self.service, response)
         detail = (error_text(body) if error_text and body is not None else None) or _plain(raw)
         raise _status_error(self.service, response.status, detail, _retry_after(response))
 
@@ -198,6 +206,13 @@ def _status_error(service: str, status: int, detail: str, retry_after: float | N
         message = f"{service} had a server error ({status}): {detail}"
         return RemoteError(message, kind="unavailable", status=status, retry_after=retry_after)
     return RemoteError(f"{service} rejected the request ({status}): {detail}", kind="validation", status=status)
+
+
+def _redirect_error(service: str, response: aiohttp.ClientResponse) -> RemoteError:
+    """A redirect we did not follow: the body was not delivered, and following would turn it into a GET."""
+    where = response.headers.get("Location") or "an unnamed location"
+    message = f"{service} redirected the request ({response.status}) to {where}; configure the final URL"
+    return RemoteError(message, kind="validation", status=response.status)
 
 
 def _decode(raw: bytes) -> Any:

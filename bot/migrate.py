@@ -150,9 +150,21 @@ def _state(connection: Connection) -> SchemaState:
     return SchemaState(current, head, known, tables)
 
 
+def _begin_sqlite(connection: Connection) -> None:
+    """Open the upgrade's transaction now, holding the write lock (one upgrade at a time per file).
+
+    The sqlite3 driver begins a transaction only before INSERT/UPDATE/DELETE, so without this every
+    CREATE and ALTER commits on its own: an upgrade that fails half way leaves a revision half applied
+    (a column added, the version not moved) and every later upgrade stops at "duplicate column".
+    """
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def _upgrade(connection: Connection) -> SchemaState:
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": UPGRADE_LOCK})
+    elif connection.dialect.name == "sqlite":
+        _begin_sqlite(connection)
     before = _state(connection)
     if before.at_head:
         return before

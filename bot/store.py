@@ -470,11 +470,13 @@ class Store:
         return rows[::-1]
 
     async def conversation_actions(self, key: str, limit: int = 50) -> list[PendingRecord]:
-        """A conversation's pending actions, oldest first: the writes proposed, decided and run."""
+        """A conversation's pending actions, oldest first (the last ``limit``: the one a case is about is newest)."""
         table = PendingActionRow
-        stmt = select(table.__table__).where(table.conversation_key == key).order_by(table.created_at).limit(limit)
+        stmt = select(table.__table__).where(table.conversation_key == key)
+        stmt = stmt.order_by(table.created_at.desc(), table.id.desc()).limit(limit)
         async with self._engine.connect() as conn:
-            return [to_pending_record(row) for row in await conn.execute(stmt)]
+            rows = [to_pending_record(row) for row in await conn.execute(stmt)]
+        return rows[::-1]
 
     # -- handoffs and their outbox ---------------------------------------------------------------
 

@@ -98,6 +98,18 @@ async def test_webhook_5xx_then_success_through_the_outbox(tmp_path):
     assert second.status == "delivered" and len(hook.accepted) == 1
 
 
+async def test_webhook_redirected_to_a_sign_in_page_is_a_failed_attempt_not_a_delivery(tmp_path):
+    store = await queued(tmp_path, "webhook")
+    async with FakeWebhook() as hook:
+        hook.script(status(302, "", Location="/sso/login"))  # a proxy in front of the receiver
+        destination = WebhookDestination(f"{hook.url}/handoffs", hook.secret)
+        (result,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+        await destination.aclose()
+    await store.close()
+    assert result.status == "retrying" and "redirected the request (302) to /sso/login" in result.detail
+    assert [(r.method, r.path) for r in hook.requests] == [("POST", "/handoffs")]  # no GET passed off as sent
+
+
 async def test_webhook_retries_in_another_process_send_the_key_stored_with_the_case(database: Database):
     first_process = await database.open()
     await Helpdesk(first_process, ["webhook"]).open_case(
@@ -192,6 +204,32 @@ async def test_email_to_a_server_that_stalls_times_out(tmp_path):
         (result,) = await Outbox(store, [mailer(smtp, timeout_s=0.3)], RETRY_SOON).run_once()
     await store.close()
     assert result.status == "retrying" and "timed out" in result.detail
+
+
+async def test_email_the_server_took_is_delivered_even_when_its_goodbye_fails(tmp_path):
+    store = await queued(tmp_path, "email")
+    with FakeSMTP() as smtp:
+        smtp.quit_reply = "421 4.3.2 Service shutting down"  # after 250 for the message itself
+        destination = mailer(smtp)
+        (first,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+        later_runs = await Outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
+    await store.close()
+    assert first.status == "delivered" and later_runs == []
+    assert len(smtp.messages) == 1
+
+
+async def test_email_a_refused_recipient_is_retried_alone_and_never_reported_delivered(tmp_path):
+    store = await queued(tmp_path, "email")
+    with FakeSMTP() as smtp:
+        smtp.refuse["it@example.com"] = "450 4.2.1 Mailbox busy, try later"
+        destination = mailer(smtp)
+        (first,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+        smtp.refuse.clear()
+        (second,) = await Outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
+    await store.close()
+    assert first.status == "retrying" and "it@example.com" in first.detail and "Mailbox busy" in first.detail
+    assert second.status == "delivered"
+    assert [to for _, to in smtp.envelopes] == [["helpdesk@example.com"], ["it@example.com"]]  # nobody twice
 
 
 # --- Slack channel ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.handoff import Helpdesk, case_number
+from bot.pending import PendingActions
 from bot.records import Place
 from bot.store import Store
 from bot.types import UserRef
@@ -66,3 +67,17 @@ async def test_two_processes_opening_the_same_case_get_one_case_and_one_outbox_r
     (case_id,) = {c.case_id for c in cases}  # one case; its number may skip one a loser drew on PostgreSQL
     assert len(await store.deliveries([case_number(case_id)])) == 1
     assert len(await store.list_handoffs()) == 1
+
+
+async def test_a_case_about_an_action_keeps_that_action_in_a_long_conversation(store: Store) -> None:
+    pending = PendingActions(store)
+    for n in range(52):  # a long-lived thread: more proposals than a transcript keeps
+        last = await pending.propose(
+            run_id=f"run_{n}", conversation_key=KEY, requester=ALICE.id, tool="create_it_ticket", call_id=f"c{n}",
+            arguments={"summary": f"ticket {n}"}, text=f"Create ticket {n}?", run_state={},
+        )  # fmt: skip
+    case = await Helpdesk(store).open_case(
+        origin=f"action:{last.id}", reason="ticket_failed", user=ALICE, conversation_key=KEY, question="ticket 51"
+    )
+    actions = [a["arguments"]["summary"] for a in case.transcript["actions"]]
+    assert len(actions) == 50 and actions[-1] == "ticket 51" and actions[0] == "ticket 2"

@@ -203,3 +203,29 @@ async def test_outbox_rows_written_before_delivery_keys_each_get_their_own(datab
         await engine.dispose()
     assert len(set(keys)) == 2 and all(uuid.UUID(key) for key in keys)
     assert sorted(left) == ["email", "webhook"]
+
+
+async def test_an_upgrade_that_fails_half_way_leaves_nothing_behind_and_can_be_run_again(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+):
+    now = utcnow()
+    row = {"case_number": 1, "destination": "email", "state": "pending", "attempts": 0, "next_attempt_at": now,
+           "created_at": now}  # fmt: skip
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0003_history_entries"))
+        async with engine.begin() as conn:
+            await conn.execute(_DELIVERIES.insert(), [row])
+
+        def crash() -> uuid.UUID:  # 0004 fails after adding its column, before moving the version
+            raise RuntimeError("killed mid-upgrade")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(uuid, "uuid4", crash)
+            with pytest.raises(RuntimeError, match="killed mid-upgrade"):
+                await migrate.upgrade(engine)
+        assert (await migrate.schema_state(engine)).current == "0003_history_entries"
+        await migrate.upgrade(engine)  # was: "duplicate column name: idempotency_key", for good
+        assert (await migrate.schema_state(engine)).at_head
+    finally:
+        await engine.dispose()

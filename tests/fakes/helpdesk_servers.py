@@ -15,8 +15,10 @@ way the real service does, and records every request (method, path, query, heade
   ``GET /rest/api/3/search/jql``.
 - ``FakeServiceNow``: the Table API ``POST``/``GET /api/now/table/incident`` (basic or bearer;
   errors as ``{"error": {"message", "detail"}, "status": "failure"}``), ``correlation_id`` queries.
-- ``FakeWebhook``: any path; checks PolicyPal's HMAC signature and dedupes on ``Idempotency-Key``.
-- ``FakeSMTP``: aiosmtpd on loopback; records messages, can answer 451 or stall.
+- ``FakeWebhook``: any path; checks PolicyPal's HMAC signature and dedupes on ``Idempotency-Key``;
+  a GET gets a 200 HTML page, like the sign-in page a proxy redirects to.
+- ``FakeSMTP``: aiosmtpd on loopback; records messages, can answer 451 or stall, refuse recipients
+  and answer QUIT with an error.
 """
 
 from __future__ import annotations
@@ -264,6 +266,11 @@ class FakeWebhook(_Recorder):
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/{tail:.*}", self._post)
+        app.router.add_get("/{tail:.*}", self._page)
+
+    async def _page(self, request: web.Request) -> web.Response:
+        await self.record(request)
+        return web.Response(text="<html><body>Sign in</body></html>", content_type="text/html")
 
     async def _post(self, request: web.Request) -> web.StreamResponse:
         recorded = await self.record(request)
@@ -283,13 +290,16 @@ class FakeWebhook(_Recorder):
 
 
 class FakeSMTP:
-    """aiosmtpd on loopback in its own thread; ``fail_next`` answers 451, ``stall_s`` delays DATA."""
+    """aiosmtpd on loopback in its own thread; ``fail_next`` answers 451, ``stall_s`` delays DATA,
+    ``refuse`` maps recipients to the RCPT answer they get, ``quit_reply`` replaces QUIT's 221."""
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.envelopes: list[tuple[str, list[str]]] = []
         self.fail_next = 0
         self.stall_s = 0.0
+        self.refuse: dict[str, str] = {}
+        self.quit_reply: str | None = None
         self.port = _free_port()
         self._controller: Any = None
 
@@ -302,6 +312,16 @@ class FakeSMTP:
 
     def __exit__(self, *exc: object) -> None:
         self._controller.stop()
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: list[str]) -> str:
+        if address in self.refuse:
+            return self.refuse[address]
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(options)
+        return "250 OK"
+
+    async def handle_QUIT(self, server: Any, session: Any, envelope: Any) -> str:
+        return self.quit_reply or "221 Bye"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd handler hook
         if self.stall_s:
