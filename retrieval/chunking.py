@@ -20,6 +20,9 @@ from retrieval.types import Chunk, Document
 
 TokenCounter = Callable[[str], int]
 
+# Bumped when the same document and settings chunk differently: stored chunks are then rebuilt.
+CHUNKER_VERSION = 2
+
 _HEADING = re.compile(r"^(#{1,6}) (.+)$")
 _LIST_LINE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[*_]?[A-Z0-9])")
@@ -57,15 +60,28 @@ def _sections(doc: Document) -> Iterator[tuple[tuple[str, ...], list[str]]]:
         if match is None:
             blocks.append(block)
             continue
+        level, text = len(match.group(1)), match.group(2).strip()
         if blocks:
             yield _path(doc.title, stack), blocks
+        elif stack and stack[-1][0] >= level:
+            yield _demoted(doc.title, stack)
         blocks = []
-        level, text = len(match.group(1)), match.group(2).strip()
         stack = [(lvl, txt) for lvl, txt in stack if lvl < level]
         if not _is_title_heading(level, text, index, doc.title):
             stack.append((level, text))
     if blocks:
         yield _path(doc.title, stack), blocks
+    elif stack:
+        yield _demoted(doc.title, stack)
+
+
+def _demoted(title: str, stack: list[tuple[int, str]]) -> tuple[tuple[str, ...], list[str]]:
+    """A heading with no body and no subheadings, kept as text under its parent heading.
+
+    Such a heading often is the content ("#### 3. HR does a final review", an FAQ answer set as a
+    heading); as a path with no body it would make no chunk and its words would be lost.
+    """
+    return _path(title, stack[:-1]), [stack[-1][1]]
 
 
 def _is_title_heading(level: int, text: str, index: int, title: str) -> bool:

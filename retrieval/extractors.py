@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 import docx
-from docx.table import Table
+from docx.table import Table, _Cell, _Row
 from docx.text.paragraph import Paragraph
 from pypdf import PdfReader
 
@@ -28,6 +28,7 @@ class Extracted:
 
 _BULLET = re.compile(r"^[•●▪◦■‣–-]\s*")
 _NUMBERED = re.compile(r"^(\d{1,2}(?:\.\d{1,2})*)\.?\s+(\S.*)$")
+_PAGE_NUMBERS = re.compile(r"\d+")
 _SENTENCE_END = (".", "!", "?", ":", ";")
 _MINOR_WORDS = frozenset({"a", "an", "and", "as", "at", "by", "for", "in", "of", "on", "or", "the", "to", "with"})
 
@@ -48,8 +49,40 @@ def pdf_to_markdown(data: bytes) -> Extracted:
         raise ExtractError(f"unreadable PDF: {exc}") from exc
     if not any(text.strip() for text in pages):
         raise ExtractError("no extractable text (a scanned PDF needs OCR first)")
-    markdown = "\n\n".join(_pdf_page(text) for text in pages)
+    markdown = "\n\n".join(_pdf_page(text) for text in _without_running_lines(pages))
     return Extracted(re.sub(r"^## ", "# ", markdown.lstrip(), count=1), _clean_title(title))
+
+
+def _without_running_lines(pages: list[str]) -> list[str]:
+    """Pages with a running header kept on the first page only and a running footer on the last only.
+
+    A line every page starts (or ends) with, page numbers aside, is a header (footer). Left on every
+    page it reads as a guessed heading and files the next page's text under "Company Confidential".
+    """
+    lines = [page.splitlines() for page in pages]
+    texts = [[index for index, line in enumerate(page) if line.strip()] for page in lines]
+    if len(pages) < 2 or not all(texts):
+        return pages
+    shortest = min(len(indexes) for indexes in texts)  # every page keeps at least one line
+    header = _common_edge(lines, [indexes[: shortest - 1] for indexes in texts])
+    footer = _common_edge(lines, [indexes[::-1][: shortest - 1 - header] for indexes in texts])
+    kept = []
+    for number, (page, indexes) in enumerate(zip(lines, texts, strict=True)):
+        top = indexes[:header] if number > 0 else []
+        bottom = indexes[len(indexes) - footer :] if number < len(pages) - 1 else []
+        kept.append("\n".join(line for index, line in enumerate(page) if index not in {*top, *bottom}))
+    return kept
+
+
+def _common_edge(pages: list[list[str]], edges: list[list[int]]) -> int:
+    """How many of these lines, in order from one edge, read the same on every page (page numbers aside)."""
+    count = 0
+    for position in range(min(len(edge) for edge in edges)):
+        lines = [page[edge[position]] for page, edge in zip(pages, edges, strict=True)]
+        if len({_PAGE_NUMBERS.sub("#", " ".join(line.split())) for line in lines}) > 1:
+            break
+        count += 1
+    return count
 
 
 def _pdf_page(text: str) -> str:
@@ -139,20 +172,38 @@ def _list_depth(paragraph: Paragraph, style: str) -> int | None:
 
 
 def _docx_table(table: Table) -> str:
-    rows = []
-    for row in table.rows:
-        cells, previous = [], None
-        for cell in row.cells:
-            if cell._tc is not previous:  # a merged cell is returned once per grid column it spans
-                cells.append(" ".join(cell.text.split()).replace("|", "\\|"))
-            previous = cell._tc
-        rows.append(cells)
+    rows = [[text.replace("|", "\\|") for text in _row_texts(row)] for row in table.rows]
     if not rows:
         return ""
     width = max(len(cells) for cells in rows)
     lines = ["| " + " | ".join(cells + [""] * (width - len(cells))) + " |" for cells in rows]
     lines.insert(1, "| " + " | ".join(["---"] * width) + " |")
     return "\n".join(lines)
+
+
+def _row_texts(row: _Row) -> list[str]:
+    """One text per grid column: a merged cell's in its first column, the others it spans left empty.
+
+    python-docx returns a merged cell once per column it spans; dropping the repeats shifted every
+    later cell left, under the wrong header.
+    """
+    texts: list[str] = []
+    previous = None
+    for cell in row.cells:
+        texts.append(_cell_text(cell) if cell._tc is not previous else "")
+        previous = cell._tc
+    return texts
+
+
+def _cell_text(cell: _Cell) -> str:
+    """A cell's paragraphs and nested tables on one line; ``cell.text`` leaves nested tables out."""
+    parts = []
+    for item in cell.iter_inner_content():
+        if isinstance(item, Table):
+            parts.append("; ".join(", ".join(filter(None, _row_texts(row))) for row in item.rows))
+        else:
+            parts.append(item.text)
+    return " ".join(" ".join(parts).split())
 
 
 def _clean_title(title: str | None) -> str | None:

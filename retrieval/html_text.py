@@ -243,7 +243,13 @@ def _cells(row: Tag) -> list[str]:
             items = [_inline_text(li) for li in sub.find_all("li")]
             sub.replace_with(" " + "; ".join(item for item in items if item) + " ")
         cells.append(_inline_text(cell).replace("|", "\\|"))
+        cells += [""] * (_colspan(cell) - 1)  # keep later cells under their own column headers
     return cells
+
+
+def _colspan(cell: Tag) -> int:
+    span = str(cell.get("colspan") or "1").strip()
+    return min(int(span), 50) if span.isdigit() and int(span) > 0 else 1
 
 
 def _is_header_row(row: Tag | None) -> bool:

@@ -42,7 +42,7 @@ from retrieval.backends import (
     open_backend,
     point_id,
 )
-from retrieval.chunking import chunk_document
+from retrieval.chunking import CHUNKER_VERSION, chunk_document
 from retrieval.config import MAX_K, RetrievalConfig
 from retrieval.embedding import SPARSE_MODEL, Embedder
 from retrieval.fusion import CANDIDATES, fuse
@@ -356,8 +356,8 @@ class PolicyIndex:
 
     @property
     def _chunking(self) -> str:
-        """The chunking settings, stored per point: changing them re-chunks every document."""
-        return f"{self.cfg.chunk_max_tokens}/{self.cfg.chunk_overlap_tokens}"
+        """The chunking settings and chunker version, stored per point: changing either re-chunks every document."""
+        return f"{self.cfg.chunk_max_tokens}/{self.cfg.chunk_overlap_tokens}/v{CHUNKER_VERSION}"
 
     @property
     def _max_tokens(self) -> int:

@@ -140,10 +140,10 @@ def _parse(path: Path) -> _Parsed:
         extracted = pdf_to_markdown(data) if kind == "pdf" else docx_to_markdown(data)
         return _Parsed(normalise_markdown(extracted.markdown), _Meta(), extracted.title)
     text, note = _decode(data)
+    meta, body = _front_matter(text)  # site generators give .html pages front matter too (audience!)
     if kind == "html":
-        markdown, title = html_to_markdown(text)
-        return _Parsed(normalise_markdown(markdown), _Meta(), title, note)
-    meta, body = _front_matter(text)
+        markdown, title = html_to_markdown(body)
+        return _Parsed(normalise_markdown(markdown), meta, title, note)
     if kind == "markdown":
         body = convert_embedded_html(strip_templates(body))
     return _Parsed(normalise_markdown(body), meta, None, note)
@@ -201,7 +201,8 @@ def _front_matter(text: str) -> tuple[_Meta, str]:
     return _meta(data), text[match.end() :]
 
 
-def _meta(data: dict[object, object]) -> _Meta:
+def _meta(raw: dict[object, object]) -> _Meta:
+    data = _keys_folded(raw)
     return _Meta(
         title=_text_field(data, "title"),
         url=_text_field(data, "url"),
@@ -209,6 +210,23 @@ def _meta(data: dict[object, object]) -> _Meta:
         audience=_audience(data.get("audience")),
         doc_id=_text_field(data, "id"),
     )
+
+
+def _keys_folded(data: dict[object, object]) -> dict[object, object]:
+    """Keys in lower case, so ``Audience: hr`` restricts the document as ``audience: hr`` does.
+
+    Read as an unknown key, a capitalised or misspelt audience would publish a restricted document to
+    everyone: a key that looks like one but is not (``audiences``) fails the file instead, by name.
+    """
+    folded: dict[object, object] = {}
+    for key, value in data.items():
+        name = key.strip().lower() if isinstance(key, str) else key
+        if name in folded:
+            raise ExtractError(f"front matter sets `{name}` twice")
+        if isinstance(name, str) and name.startswith("audien") and name != "audience":
+            raise ExtractError(f"front matter key `{key}` is not `audience`: fix it, or the groups are not applied")
+        folded[name] = value
+    return folded
 
 
 def _text_field(data: dict[object, object], key: str) -> str | None:

@@ -71,11 +71,15 @@ def _image_alt(match: re.Match[str]) -> str:
 
 
 def _link_text(match: re.Match[str]) -> str:
-    text, target = match.group(1).strip(), match.group(2).strip("<>")
+    """The link's text; a space just inside its brackets stays outside, so "under[ COBRA](...)" keeps two words."""
+    label, target = match.group(1), match.group(2).strip("<>")
+    text = label.strip()
     if target.startswith("mailto:"):
         address = target.removeprefix("mailto:").split("?")[0]
-        return text if address in text else f"{text} ({address})".strip()
-    return text
+        text = text if address in text else f"{text} ({address})".strip()
+    lead = " " if label[:1].isspace() else ""
+    trail = " " if label[-1:].isspace() else ""
+    return f"{lead}{text}{trail}"
 
 
 @dataclass

@@ -148,6 +148,21 @@ def test_without_overlap_no_block_repeats() -> None:
     assert [block for chunk in chunks for block in body(chunk).split("\n\n")] == paragraphs
 
 
+def test_a_heading_with_no_body_keeps_its_words_under_its_parent() -> None:
+    # As in real handbooks: a process step, and an FAQ answer, written as headings with nothing under them.
+    text = (
+        "## Process\n\n#### 3. HR does a final review of all documents\n\n#### 4. Security contacts you\n\n"
+        "You have 7 days to reply.\n\n## FAQ\n\n##### Q: Can my therapist write the note?\n\n"
+        "###### A: Yes, if they are a licensed provider."
+    )
+    chunks = chunk_document(document(text, title="Clearance"))
+    assert [(chunk.heading, body(chunk)) for chunk in chunks] == [
+        ("Clearance > Process", "3. HR does a final review of all documents"),
+        ("Clearance > Process > 4. Security contacts you", "You have 7 days to reply."),
+        ("Clearance > FAQ > Q: Can my therapist write the note?", "A: Yes, if they are a licensed provider."),
+    ]
+
+
 def test_code_blocks_stay_whole_and_their_hash_lines_are_not_headings() -> None:
     text = "# T\n\n## Setup\n\n```\n# not a heading\n\nrun me\n```\n\nAfter."
     chunks = chunk_document(document(text, title="T"))

@@ -155,6 +155,18 @@ def test_changing_chunk_settings_rechunks_everything(open_index: OpenIndex, corp
     assert sorted(report.replaced) == sorted(d.doc_id for d in corpus)
 
 
+def test_a_new_chunker_version_rechunks_everything(
+    open_index: OpenIndex, corpus: list[Document], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunker fix changes chunks without changing any document: stored chunks must not be kept.
+    open_index().index_documents(corpus, root=ROOT_A)
+    monkeypatch.setattr("retrieval.index.CHUNKER_VERSION", 999)
+
+    report = open_index().index_documents(corpus, root=ROOT_A)
+
+    assert sorted(report.replaced) == sorted(d.doc_id for d in corpus)
+
+
 def test_a_document_with_no_text_is_reported_not_indexed(open_index: OpenIndex) -> None:
     index = open_index()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import docx
 import pytest
 
+from retrieval.chunking import chunk_document
 from retrieval.loaders import load_documents
 from retrieval.types import Document, LoadReport
 
@@ -36,20 +37,22 @@ def failure_reasons(report: LoadReport) -> dict[str, str]:
     return {failure.path.name: failure.reason for failure in report.failures}
 
 
-def pdf_bytes(lines: list[str]) -> bytes:
-    """A minimal valid one-page PDF whose content stream draws ``lines`` in Helvetica."""
-    escaped = [line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") for line in lines]
-    content = ("BT /F1 11 Tf 72 720 Td 14 TL " + " ".join(f"({line}) Tj T*" for line in escaped) + " ET").encode(
-        "cp1252"
-    )
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
-        b" /Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
-    ]
+def pdf_bytes(*pages: list[str]) -> bytes:
+    """A minimal valid PDF whose pages' content streams draw their ``lines`` in Helvetica."""
+    font = 3 + 2 * len(pages)
+    kids = b" ".join(b"%d 0 R" % (3 + 2 * number) for number in range(len(pages)))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, len(pages))]
+    for number, lines in enumerate(pages):
+        escaped = [line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") for line in lines]
+        content = ("BT /F1 11 Tf 72 720 Td 14 TL " + " ".join(f"({line}) Tj T*" for line in escaped) + " ET").encode(
+            "cp1252"
+        )
+        objects += [
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R" % (4 + 2 * number)
+            + b" /Resources << /Font << /F1 %d 0 R >> >> >>" % font,
+            b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+        ]
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>")
     out, offsets = b"%PDF-1.4\n", []
     for number, body in enumerate(objects, 1):
         offsets.append(len(out))
@@ -98,9 +101,34 @@ def test_front_matter_with_windows_line_endings_keeps_its_metadata(tmp_path: Pat
         assert doc.text == "# Bonus plan\n\nThe pool is 4%."
 
 
+def test_html_front_matter_sets_audience_and_is_not_body_text(tmp_path: Path) -> None:
+    # Jekyll and Eleventy give .html pages front matter too; ignored, a restricted page was public.
+    page = "---\ntitle: Salary bands\naudience: [hr]\n---\n<html><body><h1>Bands</h1><p>Band 3 pays 70k.</p></body>\n"
+    doc = load_one(write(tmp_path / "bands.html", page))
+    assert (doc.title, doc.audience) == ("Salary bands", ("hr",))
+    assert doc.text == "# Bands\n\nBand 3 pays 70k."
+
+
 def test_audience_may_be_a_comma_separated_string(tmp_path: Path) -> None:
     doc = load_one(write(tmp_path / "a.md", "---\naudience: it, security ,\n---\nText.\n"))
     assert doc.audience == ("it", "security")
+
+
+def test_front_matter_keys_in_any_case_restrict_the_document(tmp_path: Path) -> None:
+    # Read as an unknown key, "Audience" left a restricted document visible to everyone.
+    doc = load_one(write(tmp_path / "pay.md", "---\nTitle: Pay\nAudience: [HR]\n---\n# Pay\n\nBand 3 pays 70k.\n"))
+    assert (doc.title, doc.audience) == ("Pay", ("HR",))
+
+
+def test_a_misspelt_or_repeated_audience_key_fails_the_file_instead_of_publishing_it(tmp_path: Path) -> None:
+    write(tmp_path / "typo.md", "---\naudiences: [hr]\n---\nSalary bands.\n")
+    write(tmp_path / "twice.md", "---\naudience: [hr]\nAudience: [everyone]\n---\nSalary bands.\n")
+    write(tmp_path / "good.md", "# Good\n\nBody.\n")
+    report = load_documents([tmp_path])
+    assert [doc.doc_id for doc in report.documents] == ["good.md"]
+    reasons = failure_reasons(report)
+    assert "`audiences` is not `audience`" in reasons["typo.md"]
+    assert "sets `audience` twice" in reasons["twice.md"]
 
 
 def test_malformed_front_matter_is_reported_and_the_rest_load(tmp_path: Path) -> None:
@@ -207,6 +235,13 @@ def test_links_keep_their_text_and_mail_addresses_and_images_their_descriptive_a
     )
 
 
+def test_a_space_inside_link_brackets_still_separates_words(tmp_path: Path) -> None:
+    # Seen in the Sourcegraph handbook: "continuation of coverage under[ COBRA](https://www.dol.gov/...)".
+    text = "Coverage continues under[ COBRA](https://dol.example/cobra); insure with[ GeoBlue.](https://g.example)\n"
+    doc = load_one(write(tmp_path / "p.md", text))
+    assert doc.text == "Coverage continues under COBRA; insure with GeoBlue."
+
+
 def test_liquid_tags_are_removed(tmp_path: Path) -> None:
     text = (
         '# Leave\n\nRequest leave in [HR Links]({% page "/tools/hrlinks/" %}) and post in '
@@ -238,6 +273,20 @@ def test_html_tables_in_markdown_become_pipe_tables(tmp_path: Path) -> None:
         "# Office\n\n| Version | Comments |\n| --- | --- |\n"
         "| 1.0 | First version reviewed by Legal & IT \\| ok Signed. |\n\nAfter the table."
     )
+
+
+def test_html_colspan_keeps_later_cells_under_their_own_columns(tmp_path: Path) -> None:
+    # As in the Sourcegraph handbook's FX table: currency headers spanning a USD and a local column each.
+    text = (
+        '<table><tr><th></th><th colspan="2">EURO</th><th colspan="2">GBP</th></tr>\n'
+        "<tr><td>Feb</td><td>1.000</td><td>0.8939</td><td>1.000</td><td>0.7447</td></tr></table>\n"
+    )
+    doc = load_one(write(tmp_path / "fx.md", text))
+    assert doc.text.split("\n") == [
+        "|  | EURO |  | GBP |  |",
+        "| --- | --- | --- | --- | --- |",
+        "| Feb | 1.000 | 0.8939 | 1.000 | 0.7447 |",
+    ]
 
 
 def test_a_table_without_a_header_row_gets_an_empty_header(tmp_path: Path) -> None:
@@ -296,6 +345,33 @@ def test_pdf_text_is_extracted_with_headings_guessed(tmp_path: Path) -> None:
     )
 
 
+def test_pdf_running_headers_and_footers_are_kept_once_not_read_as_headings(tmp_path: Path) -> None:
+    pages = [
+        [
+            "ACME Travel Policy",
+            "Booking Flights",
+            "Book economy class for flights under six hours and keep",
+            "the receipt for every booking you make.",
+            "Page 1 of 2",
+            "Company Confidential",
+        ],
+        [
+            "ACME Travel Policy",
+            "Hotels must be booked through the portal and cost no more",
+            "than the city cap in the table.",
+            "Meals",
+            "Meals are reimbursed up to 40 euros a day.",
+            "Page 2 of 2",
+            "Company Confidential",
+        ],
+    ]
+    chunks = chunk_document(load_one(write(tmp_path / "travel.pdf", pdf_bytes(*pages))))
+    hotels = next(chunk for chunk in chunks if "Hotels must be booked" in chunk.text)
+    assert hotels.heading == "ACME Travel Policy > Booking Flights"
+    assert sum(chunk.text.count("Company Confidential") for chunk in chunks) == 1
+    assert not any("Company Confidential" in chunk.heading for chunk in chunks)
+
+
 def test_docx_headings_lists_and_tables_become_markdown(tmp_path: Path) -> None:
     doc = load_one(write(tmp_path / "expenses.docx", docx_bytes()))
     assert doc.title == "Expense Policy"
@@ -303,6 +379,27 @@ def test_docx_headings_lists_and_tables_become_markdown(tmp_path: Path) -> None:
         "# Expense Policy\n\n## Meals\n\nMeals are reimbursed up to 40 euros a day.\n\n"
         "- Keep every receipt\n  - Photograph paper receipts\n\n"
         "| City | Hotel cap |\n| --- | --- |\n| Lisbon | 150 euros |"
+    )
+
+
+def test_docx_nested_tables_keep_their_text_and_merged_cells_keep_columns_aligned(tmp_path: Path) -> None:
+    document = docx.Document()
+    document.add_paragraph("Caps by region.")
+    table = document.add_table(rows=3, cols=3)
+    table.cell(0, 0).merge(table.cell(0, 1)).text = "Allowance"
+    table.cell(0, 2).text = "Approver"
+    for col, text in enumerate(["EU", "150 euros", "Manager"]):
+        table.cell(1, col).text = text
+    table.cell(2, 0).text = "US"
+    nested = table.cell(2, 1).add_table(rows=1, cols=2)
+    nested.cell(0, 0).text, nested.cell(0, 1).text = "Hotel 180 dollars", "Meals 60 dollars"
+    table.cell(2, 2).text = "Director"
+    buffer = io.BytesIO()
+    document.save(buffer)
+    doc = load_one(write(tmp_path / "caps.docx", buffer.getvalue()))
+    assert doc.text.split("\n\n")[1] == (
+        "| Allowance |  | Approver |\n| --- | --- | --- |\n| EU | 150 euros | Manager |\n"
+        "| US | Hotel 180 dollars, Meals 60 dollars | Director |"
     )
 
 
