@@ -11,6 +11,8 @@ The middleware counts Slack and Teams requests by status, errors included.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -21,9 +23,12 @@ from adapters.app_keys import READINESS, SERVICE
 from bot.readiness import Readiness
 from bot.service import PolicyPal
 
+log = logging.getLogger(__name__)
+
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 PLATFORM_PATHS = {"/slack/events": "slack", "/api/messages": "teams"}  # the routes the app manifests name
 SLACK_PROBE_EVERY_S = 30.0  # auth.test is rate limited; once per 30 s is plenty for a readiness answer
+PENDING_COUNT_S = 2.0  # well inside a scrape timeout, so a hung database cannot take every metric with it
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -47,8 +52,29 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    service.metrics.set_pending(await service.store.pending_counts())
+    await _count_pending(service)
     return web.Response(body=service.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _count_pending(service: PolicyPal) -> None:
+    """Refresh the pending-actions gauge; without a database, drop it (not stale) and serve the rest.
+
+    The other metrics live in this process, and a database outage is exactly when they are wanted.
+    """
+    try:
+        async with asyncio.timeout(PENDING_COUNT_S):
+            counts = await service.store.pending_counts()
+    except Exception as exc:
+        log.warning("/metrics without policypal_pending_actions: the database did not answer (%s)", _why(exc))
+        service.metrics.pending.clear()
+        return
+    service.metrics.set_pending(counts)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {PENDING_COUNT_S:.0f} s"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @web.middleware

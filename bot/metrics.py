@@ -12,13 +12,15 @@ TOKEN_BUCKETS = (500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000)
 COST_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1)
 PENDING_STATES = ("open", "executing", "done", "failed", "cancelled", "expired", "unknown")
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30)
+UNKNOWN_TOOL = "unknown"  # the label of every tool name the model made up
 
 
 class Metrics:
     """One registry per process (tests make their own, so counts never leak between them)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, tools: Iterable[str] | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._tools = frozenset(tools) if tools is not None else None  # None: label every name (tests)
         r = self.registry
         self.runs = Counter("policypal_runs", "Runs by termination reason", ["reason", "platform"], registry=r)
         self.steps = Histogram("policypal_run_steps", "Model steps per run", buckets=STEP_BUCKETS, registry=r)
@@ -57,7 +59,12 @@ class Metrics:
             if kind == "model":
                 self.model_latency.observe(ms / 1000)
             elif kind in ("tool", "decision"):  # a decision step times the confirmed write itself
-                self.tool_latency.labels(tool=name).observe(ms / 1000)
+                self.tool_latency.labels(tool=self._tool_label(name)).observe(ms / 1000)
+
+    def _tool_label(self, name: str) -> str:
+        """The tool's name if it is registered: the model names the tools it calls, so any text could
+        otherwise become a label, one new time series per invented name."""
+        return name if self._tools is None or name in self._tools else UNKNOWN_TOOL
 
     def observe_delivery(self, destination: str, outcome: str) -> None:
         self.deliveries.labels(destination=destination, outcome=outcome).inc()

@@ -112,7 +112,7 @@ async def open_service(
             await owned_index.aclose()
         raise
     pending = PendingActions(store, ttl=timedelta(seconds=settings.pending_ttl_s))
-    metrics = Metrics()
+    metrics = Metrics(tools=deps.tools.names())
     outbox, helpdesk = helpdesk_for(settings, store, destinations, deps.budgets, metrics)
     service = PolicyPal(
         deps,
