@@ -22,6 +22,7 @@ class InFlight:
         self._runs: dict[str, asyncio.Event] = {}
         self._changed = asyncio.Event()
         self.draining = False
+        self.past_grace = False  # from here on a run that starts is stopped at once
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -33,7 +34,11 @@ class InFlight:
     def track(self, run_id: str, cancel: asyncio.Event | None = None) -> Iterator[asyncio.Event]:
         """Register a run for its duration; yields the event that cancels it (the caller's, if given)."""
         stop = cancel or asyncio.Event()
-        if self.draining and not stop.is_set():
+        if self.past_grace and not stop.is_set():
+            # It waited for a slot through the grace period: nothing is left of it to run in.
+            log.warning("run %s started after the grace period: it gives up and hands off", run_id)
+            stop.set()
+        elif self.draining and not stop.is_set():
             log.info("run %s started while shutting down: it has what is left of the grace period", run_id)
         self._runs[run_id] = stop
         try:
@@ -51,6 +56,7 @@ class InFlight:
         if self._runs:
             log.info("shutting down: waiting up to %.0f s for %d run(s) in flight", grace_s, len(self._runs))
         await self._wait_empty(grace_s)
+        self.past_grace = True
         late = list(self._runs.items())
         for run_id, stop in late:
             log.warning("run %s did not finish within the grace period: it gives up and hands off", run_id)
