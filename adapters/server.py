@@ -38,6 +38,7 @@ from bot.service import PolicyPal
 from bot.sweeper import Sweeper
 from bot.wiring import open_service, sweep_policy
 from retrieval.commands import format_report, load_for_index
+from retrieval.index import IndexingStopped
 
 __all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
 
@@ -127,13 +128,19 @@ async def _index_socket(app: web.Application) -> AsyncIterator[None]:
         failures = [[str(f.path), f.reason] for load in loads for f in load.report.failures]
         if nothing:
             return {"error": nothing, "failures": failures}
-        report, location = await owned.index_loads(loads)
+        try:
+            report, location = await owned.index_loads(loads)
+        except IndexingStopped as exc:  # the server is shutting down: say so, it is not a failure of the files
+            return {"error": str(exc), "failures": failures}
         report.seconds = time.perf_counter() - started  # reading and parsing the files included
         failures = [[str(failure.path), failure.reason] for failure in report.failures]
         return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
 
     async with serving(socket_path(cfg), index_paths):
-        yield
+        try:
+            yield
+        finally:  # before the socket closes, which waits for the request: indexing a folder takes minutes
+            owned.stop_writes()
 
 
 def _operations(sweep: bool) -> Callable[[web.Application], AsyncIterator[None]]:

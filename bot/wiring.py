@@ -214,6 +214,10 @@ class OwnedIndex:
         report = await asyncio.to_thread(self._index.index_loads, list(loads))
         return report, self._index.location
 
+    def stop_writes(self) -> None:
+        """Shutting down: indexing in progress stops at its next batch (what it wrote is kept)."""
+        self._index.stop_writes()
+
     async def remove_roots(self, paths: Sequence[Any]) -> tuple[Any, str]:
         """Remove what was indexed from these paths (`policypal index --remove` during `serve`)."""
         report = await asyncio.to_thread(self._index.remove_roots, list(paths))

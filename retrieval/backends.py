@@ -98,11 +98,12 @@ class StoredDoc:
     points: int = 0
     file: str = ""  # the real path it was loaded from ("" in indexes written before it was stored)
     section: str | None = None
+    mixed: bool = False  # its points come from more than one version of it
 
     @property
     def complete(self) -> bool:
-        """False after an interrupted run left some of its chunks missing or extra."""
-        return self.points == self.chunk_count
+        """False after an interrupted run left some of its chunks missing or extra, or from two versions."""
+        return self.points == self.chunk_count and not self.mixed
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,13 @@ def collect_stored_docs(payloads: Sequence[dict[str, Any]], into: dict[str, Stor
                 file=str(payload.get("file", "")),
                 section=payload.get("section") or None,
             )
+        elif _version(payload) != (stored.content_hash, stored.chunking, stored.chunk_count):
+            stored.mixed = True  # a replacement cut short: as many points as before, some still old
         stored.points += 1
+
+
+def _version(payload: dict[str, Any]) -> tuple[str, str, int]:
+    return str(payload.get("content_hash", "")), str(payload.get("chunking", "")), int(payload.get("chunk_count", -1))
 
 
 def audience_values(groups: Sequence[str]) -> list[str]:

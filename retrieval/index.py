@@ -223,6 +223,10 @@ def _failed_ids(root: Path, failures: Sequence[LoadFailure]) -> frozenset[str]:
     return frozenset(ids)
 
 
+class IndexingStopped(Exception):
+    """``stop_writes`` was called while indexing (the server holding the index is shutting down)."""
+
+
 class PolicyIndex:
     """The policy index: open once, index incrementally, search from any thread or the event loop."""
 
@@ -241,6 +245,7 @@ class PolicyIndex:
         self._lock = threading.Lock()  # neither engine promises thread safety: one call at a time
         self._size_cache: tuple[float, int] | None = None
         self._sections_cache: tuple[float, list[str]] | None = None
+        self._stop_writes = threading.Event()
 
     @classmethod
     def open(
@@ -283,6 +288,11 @@ class PolicyIndex:
             return self._backend.count()
 
     # -- indexing -------------------------------------------------------------------------------
+
+    def stop_writes(self) -> None:
+        """Make indexing in another thread stop before its next batch: a server shutting down cannot
+        wait minutes for a folder to embed. Chunks already written stay; the next run completes them."""
+        self._stop_writes.set()
 
     def index_paths(self, paths: Sequence[Path], *, progress: bool = False) -> IndexReport:
         """Load and index files and directories (each path is a root that scopes removals)."""
@@ -396,6 +406,11 @@ class PolicyIndex:
         with tqdm(total=len(points), desc="embedding", unit="chunk", file=sys.stderr,
                   disable=not progress, delay=PROGRESS_DELAY_S) as bar:
             for batch in _batches(points, self.embedder.batch_size):
+                if self._stop_writes.is_set():
+                    raise IndexingStopped(
+                        f"indexing stopped after {bar.n} of {len(points)} passages: the server is shutting "
+                        "down. What was written is kept; run `policypal index` again to finish."
+                    )
                 self._embed_and_upsert(batch, root, report)
                 bar.update(len(batch))
         with self._lock:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import stat
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -95,6 +96,40 @@ async def test_the_socket_is_for_its_owner_only_and_gone_after_shutdown(tmp_path
         await runner.cleanup()
         await service.close()
     assert not path.exists()
+
+
+async def test_a_server_shutting_down_stops_indexing_between_batches_and_says_so(tmp_path, fake_openai, capsys):
+    # SIGTERM during `policypal index` through the server waited for the whole folder to embed.
+    settings = settings_for(tmp_path, fake_openai)
+    assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    service = await open_service(settings)
+    embedder = service.searcher._index.embedder
+    embed, started = embedder.embed_documents, asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_embed(texts):  # type: ignore[no-untyped-def]
+        loop.call_soon_threadsafe(started.set)
+        time.sleep(0.3)
+        return embed(texts)
+
+    embedder.embed_documents = slow_embed
+    many = tmp_path / "many"
+    for n in range(80):  # five batches of 16
+        write(many, f"policy-{n}.md", f"# Policy {n}\n\nRule {n} says to file form F-{n} within {n} days.\n")
+    runner = web.AppRunner(build_app(settings, service))
+    await runner.setup()
+    try:
+        indexing = asyncio.create_task(asyncio.to_thread(_index, settings, [str(many)]))
+        await asyncio.wait_for(started.wait(), 30)
+        began = loop.time()
+        await runner.cleanup()  # what SIGTERM does
+        shut_down_in = loop.time() - began
+        code = await indexing
+    finally:
+        await service.close()
+    _out, err = capsys.readouterr()
+    assert shut_down_in < 1.0 and code != 0
+    assert "the server is shutting down" in err and "run `policypal index` again" in err
 
 
 async def test_bad_requests_get_a_clear_error(serving):

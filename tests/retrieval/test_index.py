@@ -13,7 +13,7 @@ from retrieval.backend_edge import EdgeBackend
 from retrieval.backends import IndexInUseError, IndexMismatchError, IndexMissingError, PolicyIndexError, point_id
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder
-from retrieval.index import PolicyIndex
+from retrieval.index import IndexingStopped, PolicyIndex
 from retrieval.types import Document
 
 from .conftest import LEAVE_DOC, OpenIndex, make_doc
@@ -32,6 +32,20 @@ class CountingEmbedder(Embedder):
     def embed_documents(self, texts):  # type: ignore[no-untyped-def]
         self.embedded.extend(texts)
         return super().embed_documents(texts)
+
+
+class StoppingEmbedder(Embedder):
+    """The shared model, one passage per batch, asking the index to stop after the first batch."""
+
+    def __init__(self, inner: Embedder, stop) -> None:  # type: ignore[no-untyped-def]
+        self.__dict__.update(inner.__dict__)
+        self.batch_size = 1
+        self._stop = stop
+
+    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+        vectors = super().embed_documents(texts)
+        self._stop()
+        return vectors
 
 
 def _chunks_of(index: PolicyIndex, doc_id: str) -> int:
@@ -145,6 +159,28 @@ def test_an_interrupted_run_is_repaired_on_the_next(open_index: OpenIndex, corpu
 
     assert report.replaced == ["vpn.md"]
     assert index._stored_docs()["vpn.md"].complete
+
+
+def test_indexing_asked_to_stop_ends_between_batches_and_the_next_run_finishes_it(
+    open_index: OpenIndex, corpus: list[Document]
+) -> None:
+    # A server shutting down asks a running `policypal index` to stop; the replacement it cut short
+    # holds as many points as before, some of the old version: it must not pass for current.
+    index = open_index()
+    index.index_documents(corpus, root=ROOT_A)
+    edited = make_doc("leave.md", LEAVE_DOC.replace("31 March", "30 April"), section="People", audience=("all",))
+    documents = [corpus[0], edited, *corpus[2:]]
+    index.embedder = StoppingEmbedder(index.embedder, index.stop_writes)
+
+    with pytest.raises(IndexingStopped, match="run `policypal index` again"):
+        index.index_documents(documents, root=ROOT_A)
+    assert not index._stored_docs()["leave.md"].complete
+
+    index = open_index()
+    report = index.index_documents(documents, root=ROOT_A)
+    assert report.replaced == ["leave.md"]
+    texts = [hit.payload["text"] for hit in index.retrieve("when do carried over days expire", k=10).fused]
+    assert any("30 April" in t for t in texts) and not any("31 March" in t for t in texts)
 
 
 def test_changing_chunk_settings_rechunks_everything(open_index: OpenIndex, corpus: list[Document]) -> None:
