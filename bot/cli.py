@@ -122,22 +122,22 @@ def _query(value: str) -> str:
 
 def _how_many(value: str) -> int:
     """A list length: SQLite reads a negative LIMIT as no limit at all."""
-    try:
-        count = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return count
+    return _whole_number(value, most=None)
 
 
 def _passage_count(value: str) -> int:
+    return _whole_number(value, most=MAX_K)
+
+
+def _whole_number(value: str, *, most: int | None) -> int:
     try:
         count = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not 1 <= count <= MAX_K:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_K}")
+    if most is not None and not 1 <= count <= most:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {most}")
+    if count < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
     return count
 
 
