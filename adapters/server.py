@@ -5,9 +5,10 @@ refuses, listing every problem, rather than start half-working (``bot.config_che
 service is opened once and shared; each platform adds its routes only when configured; the handoff
 outbox and the sweeper (heartbeat, crash recovery, expired cards) run beside them.
 
-Shutdown (SIGTERM or Ctrl-C): aiohttp stops listening, then ``_drain`` gives runs in flight
-``POLICYPAL_SHUTDOWN_GRACE_S`` to finish and cancels the rest, which give up with a helpdesk case
-and a reply; only then do the platforms drain their reply tasks and the service close.
+Shutdown (SIGTERM or Ctrl-C): aiohttp stops listening and Slack leaves Socket Mode (new events go
+to another replica), then ``_drain`` gives runs in flight ``POLICYPAL_SHUTDOWN_GRACE_S`` to finish
+and cancels the rest, which give up with a helpdesk case and a reply; only then do the platforms
+drain their reply tasks and the service close.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def build_app(settings: Settings, service: PolicyPal | None = None, *, sweep: bo
     add_teams_routes(app, settings)
     # After the platforms' contexts: probes and notifiers need their clients started.
     app.cleanup_ctx.append(_operations(service is None if sweep is None else sweep))
+    # After the platforms' own shutdown hooks (Slack leaves Socket Mode there): drain only once no
+    # new event can arrive, or runs started during the drain are cut short at its end.
     app.on_shutdown.append(_drain)
     return app
 

@@ -90,10 +90,21 @@ class SlackRuntime:
         if response.status != 200:
             log.warning("bolt answered %s to an acknowledged Slack request: %s", response.status, response.body)
 
+    async def stop_receiving(self) -> None:
+        """Leave Socket Mode: Slack sends new events to another connection; replies still go out over the Web API.
+
+        The request listener goes first, so an envelope that arrives while the socket closes is
+        neither acknowledged nor run: Slack redelivers it to another replica. Safe to call twice.
+        """
+        if self.socket_mode is None or self.socket_mode.client.closed:
+            return
+        self.socket_mode.client.socket_mode_request_listeners.clear()
+        await self.socket_mode.close_async()
+        log.info("Slack Socket Mode closed: new events go to other connections")
+
     async def close(self, drain_s: float) -> None:
         """Stop taking events, let running work finish, then release the HTTP session."""
-        if self.socket_mode is not None:
-            await self.socket_mode.close_async()
+        await self.stop_receiving()
         await self.tasks.drain(drain_s)
         await self.session.close()
 
@@ -156,6 +167,7 @@ def add_slack_routes(app: web.Application, settings: Settings) -> None:
     if credentials.signing_secret:
         app.router.add_post(EVENTS_PATH, slack_events)
     app.cleanup_ctx.append(_lifecycle(credentials, groups, settings.deadline_s + DRAIN_GRACE_S))
+    app.on_shutdown.append(_stop_receiving)
     modes = {f"HTTP at {EVENTS_PATH}": credentials.signing_secret, "Socket Mode": credentials.app_token}
     log.info("Slack is on: %s", " and ".join(mode for mode, on in modes.items() if on))
 
@@ -186,6 +198,16 @@ async def _acknowledge(runtime: SlackRuntime, request: web.Request) -> web.Respo
         runtime.tasks.spawn(runtime.dispatch(bolt_request), name="slack-dispatch")
         return web.Response(status=200)
     return await to_aiohttp_response(await runtime.bolt.async_dispatch(bolt_request))
+
+
+async def _stop_receiving(app: web.Application) -> None:
+    """Shutdown has begun: before the drain, so no event this replica takes from here is cut short.
+
+    Cleanup (``_lifecycle``) comes only after the drain; a socket left open until then keeps
+    acknowledging events and starting runs that the drain then cancels.
+    """
+    if SLACK in app:
+        await app[SLACK].stop_receiving()
 
 
 def _lifecycle(
@@ -412,7 +434,7 @@ def _for_another_app(body: dict[str, Any], bot: BotIdentity) -> bool:
 def _log_retry(request: Any, body: dict[str, Any]) -> None:
     headers = getattr(request, "headers", {}) or {}
     number = (headers.get("x-slack-retry-num") or [None])[0]
-    if number is not None or body.get("retry_attempt"):
+    if number not in (None, "0") or body.get("retry_attempt"):  # Socket Mode's first delivery says attempt 0
         reason = (headers.get("x-slack-retry-reason") or ["?"])[0]
         log.info("Slack redelivered event %s (retry %s, %s)", body.get("event_id"), number, reason)
 

@@ -11,9 +11,13 @@ The app under test uses the real ``slack_sdk`` client, pointed here by ``SLACK_A
 
 Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update,
 chat.postEphemeral, chat.getPermalink, assistant.threads.setStatus / setSuggestedPrompts and
-apps.connections.open (with the app-level token; no WebSocket behind it), the way
+apps.connections.open (with the app-level token), the way
 Slack does (``{"ok": false, "error": ...}`` with HTTP 200 for API errors, 429 for rate limits). A wrong
 token gets ``invalid_auth``; an unknown method gets ``unknown_method`` and is recorded in ``problems``.
+
+Socket Mode too: apps.connections.open hands out a single-use ``ws://`` URL here; the connection gets
+``hello``, then whatever ``push`` sends (an envelope with an ``envelope_id``, as Slack sends it to one
+of the app's open connections), and records the ``{"envelope_id": ...}`` acks in ``acks``.
 
 ``sign`` and ``signed_headers`` sign a request body exactly as Slack does (v0, HMAC-SHA256 over
 ``v0:{timestamp}:{body}``); ``event_envelope`` and ``block_actions`` build what Slack sends.
@@ -29,6 +33,7 @@ import itertools
 import json
 import time
 import urllib.parse
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -123,6 +128,9 @@ class FakeSlackAPI(LoopbackServer):
         self._errors: dict[str, deque[ScriptedError]] = defaultdict(deque)
         self._ts = itertools.count(1)
         self._port = port
+        self.acks: dict[str, dict[str, Any]] = {}  # envelope id -> the ack the app sent
+        self.sockets: list[web.WebSocketResponse] = []  # open Socket Mode connections, oldest first
+        self._tickets: set[str] = set()
 
     # --- script ----------------------------------------------------------------------------------
 
@@ -170,11 +178,73 @@ class FakeSlackAPI(LoopbackServer):
             await asyncio.sleep(0.01)
         return found
 
+    # --- Socket Mode -----------------------------------------------------------------------------
+
+    async def push(self, payload: dict[str, Any], kind: str = "events_api") -> str | None:
+        """Send ``payload`` in an envelope on an open connection; its envelope id, None with none open."""
+        open_sockets = [ws for ws in self.sockets if not ws.closed]
+        if not open_sockets:
+            return None
+        envelope_id = str(uuid.uuid4())
+        envelope = {
+            "envelope_id": envelope_id,
+            "payload": payload,
+            "type": kind,
+            "accepts_response_payload": kind != "events_api",
+        }
+        if kind == "events_api":
+            envelope |= {"retry_attempt": 0, "retry_reason": ""}
+        await open_sockets[-1].send_json(envelope)
+        return envelope_id
+
+    def push_from_thread(self, payload: dict[str, Any], kind: str = "events_api") -> str | None:
+        """``push`` from sync code, for a fake started with ``start_in_thread``."""
+        assert self._loop is not None, "start_in_thread first"
+        return asyncio.run_coroutine_threadsafe(self.push(payload, kind), self._loop).result(timeout=5)
+
+    @property
+    def open_sockets(self) -> int:
+        return sum(1 for ws in list(self.sockets) if not ws.closed)
+
+    async def _link(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets:  # each URL from apps.connections.open works once
+            return web.Response(status=401, text="invalid ticket")
+        self._tickets.discard(ticket)
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        hello = {"type": "hello", "num_connections": self.open_sockets + 1, "connection_info": {"app_id": self.app_id}}
+        await ws.send_json(hello)
+        self.sockets.append(ws)
+        try:
+            async for message in ws:
+                if message.type == web.WSMsgType.TEXT:
+                    self._take_ack(message.data)
+        finally:
+            self.sockets.remove(ws)
+        return ws
+
+    def _take_ack(self, text: str) -> None:
+        try:
+            ack = json.loads(text)
+        except ValueError:
+            ack = None
+        if isinstance(ack, dict) and isinstance(ack.get("envelope_id"), str):
+            self.acks[ack["envelope_id"]] = ack
+        else:
+            self.problems.append(f"not a Socket Mode ack: {text[:200]}")
+
+    async def _close_sockets(self, app: web.Application) -> None:
+        for ws in list(self.sockets):
+            await ws.close(code=1001, message=b"server stopping")
+
     # --- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> FakeSlackAPI:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
+        app.router.add_get("/link/", self._link)
+        app.on_shutdown.append(self._close_sockets)
         return await self._listen(app)
 
     # --- serving ---------------------------------------------------------------------------------
@@ -240,7 +310,9 @@ class FakeSlackAPI(LoopbackServer):
         return {"channel": channel, "permalink": f"https://acme.slack.com/archives/{channel}/p{ts.replace('.', '')}"}
 
     def _apps_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"url": f"ws://127.0.0.1:{self._port}/no-socket-mode-here"}
+        ticket = str(uuid.uuid4())
+        self._tickets.add(ticket)
+        return {"url": f"ws://127.0.0.1:{self._port}/link/?ticket={ticket}&app_id={self.app_id}"}
 
     def _assistant_threads_setStatus(self, params: dict[str, Any]) -> dict[str, Any]:
         return {}

@@ -2,13 +2,14 @@
 
 Each test starts the real server (``python -m bot.cli serve``) in a subprocess on a copy of a small
 index, with the fake OpenAI and Slack servers in threads of this process, and talks to it as Slack
-does: signed events over loopback HTTP.
+does: signed events over loopback HTTP, or envelopes over the fake's Socket Mode WebSocket.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -81,6 +82,40 @@ def test_sigterm_lets_a_quick_run_finish_and_gives_a_slow_one_the_give_up_and_a_
     assert code == 0 and took < 15, (code, took, server.logs())
     assert "Quick answer." in reply_text(quick_reply)
     assert "stopped before it finished" in reply_text(slow_reply) and "HD-1001" in reply_text(slow_reply)
+
+
+def test_sigterm_leaves_socket_mode_before_the_drain_and_runs_in_flight_still_reply(
+    tmp_path: Path, built_index: Path, model: FakeOpenAI, slack: FakeSlackAPI
+):
+    model.script(delay(3, text("Answer for the run in flight.")), text("Should never be asked."))
+    env = server_env(tmp_path, built_index, model, slack, SLACK_APP_TOKEN=slack.app_token)
+    del env["SLACK_SIGNING_SECRET"]  # Socket Mode only: events arrive over the WebSocket
+    with running(env, tmp_path) as server:
+        wait_until(lambda: slack.open_sockets == 1, what="the Socket Mode connection")
+        first = dm_event(ALICE, "question in flight")
+        first_id = slack.push_from_thread(event_envelope(first))
+        wait_until(lambda: first_id in slack.acks and len(model.requests) == 1, what="the first event's ack and run")
+        server.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: not accepting(server.port), what="shutdown to begin (the HTTP port closed)")
+        late = dm_event(BOB, "question during shutdown", channel="D0BOB")
+        late_id = slack.push_from_thread(event_envelope(late))  # None: no connection left
+        time.sleep(1.0)
+        draining = server.proc.poll() is None  # the first run has about 2 s to go
+        sockets_during_drain, runs_during_drain = slack.open_sockets, len(model.requests)
+        code = server.proc.wait(timeout=30)
+    assert draining and code == 0, server.logs()
+    assert late_id not in slack.acks and runs_during_drain == 1, "an event arriving during the drain was taken"
+    assert sockets_during_drain == 0, "Socket Mode stayed connected during the drain"
+    (reply,) = slack.calls_to("chat.postMessage", in_thread(first))  # the Web API still works without the socket
+    assert "Answer for the run in flight." in reply_text(reply)
+    assert slack.calls_to("chat.postMessage", in_thread(late)) == [] and not slack.problems
+    # A first delivery over Socket Mode carries retry_attempt 0: not a redelivery.
+    assert not any("redelivered" in line["message"] for line in server.log_lines())
+
+
+def accepting(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_a_run_killed_with_its_process_is_answered_and_handed_off_after_restart(
