@@ -21,9 +21,10 @@ from retrieval.types import Chunk, Document
 TokenCounter = Callable[[str], int]
 
 # Bumped when the same document and settings chunk differently: stored chunks are then rebuilt.
-CHUNKER_VERSION = 2
+CHUNKER_VERSION = 3
 
 _HEADING = re.compile(r"^(#{1,6}) (.+)$")
+_FENCE = re.compile(r"^(`{3,}|~{3,})")
 _LIST_LINE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[*_]?[A-Z0-9])")
 _WORD_PIECES = re.compile(r"\w+|[^\w\s]")
@@ -96,11 +97,10 @@ def _path(title: str, stack: list[tuple[int, str]]) -> tuple[str, ...]:
 def _blocks(text: str) -> Iterator[str]:
     """Blocks separated by blank lines; a fenced code block stays whole even with blank lines inside."""
     current: list[str] = []
-    fenced = False
+    fence = ""  # the open fence, if any
     for line in text.split("\n"):
-        if line.startswith(("```", "~~~")):
-            fenced = not fenced
-        if not line.strip() and not fenced:
+        fence = _fence_after(line, fence)
+        if not line.strip() and not fence:
             if current:
                 yield "\n".join(current)
             current = []
@@ -108,6 +108,19 @@ def _blocks(text: str) -> Iterator[str]:
             current.append(line)
     if current:
         yield "\n".join(current)
+
+
+def _fence_after(line: str, fence: str) -> str:
+    """The fence open after ``line``; only a run of the same mark at least as long closes it (CommonMark).
+
+    A shorter backtick line inside a longer fence is code: toggling on it let a later "# comment"
+    after a blank line read as a heading.
+    """
+    if not fence:
+        opening = _FENCE.match(line)
+        return opening.group(1) if opening else ""
+    closing = line.rstrip()
+    return "" if closing.startswith(fence) and not closing.strip(fence[0]) else fence
 
 
 def _heading_line(path: tuple[str, ...], max_tokens: int, count: TokenCounter) -> str:

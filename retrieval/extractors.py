@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 
 import docx
+from docx.document import Document as DocxDocument
+from docx.section import Section, _Footer, _Header
 from docx.table import Table, _Cell, _Row
 from docx.text.paragraph import Paragraph
 from pypdf import PdfReader
@@ -136,10 +138,46 @@ def docx_to_markdown(data: bytes) -> Extracted:
         items = list(document.iter_inner_content())
         shift = 1 if any(_style(item) == "Title" for item in items) else 0  # Heading 1 sits under a Title
         blocks = [_docx_block(item, shift) for item in items]
+        headers, footers = _running_texts(document, "header"), _running_texts(document, "footer")
         title = document.core_properties.title
     except Exception as exc:  # python-docx raises zip, XML and KeyError alike for damaged files
         raise ExtractError(f"unreadable DOCX: {exc}") from exc
-    return Extracted("\n\n".join(block for block in blocks if block), _clean_title(title))
+    return Extracted("\n\n".join(block for block in [*headers, *blocks, *footers] if block), _clean_title(title))
+
+
+def _running_texts(document: DocxDocument, kind: str) -> list[str]:
+    """Each distinct page header (or footer) text once, in section order; they open (close) the text.
+
+    As with a PDF's running lines, they often say what applies to the whole document ("Confidential",
+    a version or owner); dropping them lost that silently, and repeating them per section adds noise.
+    """
+    texts: dict[str, None] = {}
+    for section in document.sections:
+        for part in _shown_parts(document, section, kind):
+            if not part.is_linked_to_previous:  # a linked part repeats an earlier section's
+                texts.update(dict.fromkeys(_running_lines(part)))
+    return list(texts)
+
+
+def _shown_parts(document: DocxDocument, section: Section, kind: str) -> list[_Header | _Footer]:
+    """The section's header (footer) definitions Word shows: first-page and even-page ones when enabled."""
+    parts = [getattr(section, kind)]
+    if section.different_first_page_header_footer:
+        parts.append(getattr(section, f"first_page_{kind}"))
+    if document.settings.odd_and_even_pages_header_footer:
+        parts.append(getattr(section, f"even_page_{kind}"))
+    return parts
+
+
+def _running_lines(part: _Header | _Footer) -> list[str]:
+    """A header's paragraphs, and its tables' rows as "a, b" lines (a logo | title | version table)."""
+    lines = []
+    for item in part.iter_inner_content():
+        if isinstance(item, Table):
+            lines += [", ".join(filter(None, _row_texts(row))) for row in item.rows]
+        else:
+            lines.append(" ".join(item.text.split()))
+    return [line for line in lines if line]
 
 
 def _style(item: Paragraph | Table) -> str:

@@ -11,6 +11,8 @@ import re
 
 from bs4 import BeautifulSoup, Comment, NavigableString, Tag
 
+from retrieval.markdown_norm import fenced
+
 # lxml, not html.parser: html.parser nests unclosed <li>/<p> (common in exported policy pages).
 # It is always installed, as a hard dependency of python-docx.
 _PARSER = "lxml"
@@ -143,14 +145,14 @@ def _flush(pending: list[str], out: list[str]) -> None:
 
 def _block(tag: Tag) -> list[str]:
     if tag.name in _HEADINGS:
-        text = _inline_text(tag).strip("*_ ")
+        text = _clean(_inline(tag, plain=True))
         return [f"{'#' * _HEADINGS[tag.name]} {text}"] if text else []
     if tag.name in _LISTS:
         return ["\n".join(_list_lines(tag, depth=0))]
     if tag.name == "table":
         return [_table_to_markdown(tag)]
     if tag.name == "pre":
-        return [f"```\n{tag.get_text().strip(chr(10))}\n```"]
+        return [fenced(tag.get_text().strip("\n"))]
     if tag.name == "blockquote":
         return ["\n".join(f"> {line}" if line else ">" for line in "\n\n".join(_blocks(tag)).split("\n"))]
     if tag.name == "li":  # a stray <li> outside any list
@@ -160,7 +162,8 @@ def _block(tag: Tag) -> list[str]:
     return _blocks(tag)
 
 
-def _inline(node: Tag | NavigableString) -> str:
+def _inline(node: Tag | NavigableString, plain: bool = False) -> str:
+    """Markdown for inline content; ``plain`` drops emphasis marks (a heading reads "Leave rules")."""
     if isinstance(node, Comment):
         return ""
     if isinstance(node, NavigableString):
@@ -169,17 +172,19 @@ def _inline(node: Tag | NavigableString) -> str:
         return ""
     if node.name == "br":
         return " "
-    inner = "".join(_inline(child) for child in node.children)
-    return _decorate(node, inner)
+    inner = "".join(_inline(child, plain) for child in node.children)
+    return _decorate(node, inner, plain)
 
 
-def _decorate(tag: Tag, inner: str) -> str:
+def _decorate(tag: Tag, inner: str, plain: bool = False) -> str:
     """Wrap inline text the way Markdown writes it, keeping the whitespace that was around it."""
     text = inner.strip()
     if not text:
         return " " if inner else ""
     lead = " " if inner[:1].isspace() else ""
     trail = " " if inner[-1:].isspace() else ""
+    if plain and tag.name in ("strong", "b", "em", "i"):
+        return inner
     if tag.name in ("strong", "b") and not text.startswith("**"):
         return f"{lead}**{text}**{trail}"
     if tag.name in ("em", "i") and not text.startswith("_"):
@@ -221,7 +226,8 @@ def _list_lines(tag: Tag, depth: int) -> list[str]:
 
 def _table_to_markdown(table: Tag) -> str:
     """Render a <table> as a pipe table; a bold first row (or <th>/<thead>) becomes the header."""
-    rows = [_cells(row) for row in table.find_all("tr") if row.find_parent("table") is table]
+    above: dict[int, tuple[str, int]] = {}
+    rows = [_cells(row, above) for row in table.find_all("tr") if row.find_parent("table") is table]
     rows = [row for row in rows if any(cell for cell in row)]
     if not rows:
         return ""
@@ -236,20 +242,47 @@ def _table_to_markdown(table: Tag) -> str:
     return "\n".join(lines)
 
 
-def _cells(row: Tag) -> list[str]:
-    cells = []
+def _cells(row: Tag, above: dict[int, tuple[str, int]]) -> list[str]:
+    """One text per column; ``above`` holds the rowspans still open (column -> text, rows left)."""
+    cells: list[str] = []
     for cell in row.find_all(["td", "th"], recursive=False):
-        for sub in cell.find_all(list(_LISTS)):
-            items = [_inline_text(li) for li in sub.find_all("li")]
-            sub.replace_with(" " + "; ".join(item for item in items if item) + " ")
-        cells.append(_inline_text(cell).replace("|", "\\|"))
-        cells += [""] * (_colspan(cell) - 1)  # keep later cells under their own column headers
+        _fill_spanned(cells, above)
+        text, rowspan = _cell_text(cell), _span(cell, "rowspan")
+        for offset in range(min(_span(cell, "colspan"), 50)):
+            cells.append("" if offset else text)  # keep later cells under their own column headers
+            if rowspan > 1:
+                above[len(cells) - 1] = (cells[-1], rowspan - 1)
+    _fill_spanned(cells, above)
+    while above and max(above) >= len(cells):  # a span right of a short row: pad up to it, then fill
+        cells.append("")
+        _fill_spanned(cells, above)
     return cells
 
 
-def _colspan(cell: Tag) -> int:
-    span = str(cell.get("colspan") or "1").strip()
-    return min(int(span), 50) if span.isdigit() and int(span) > 0 else 1
+def _cell_text(cell: Tag) -> str:
+    """A cell on one line: a list inside it becomes "a; b", a pipe is escaped."""
+    for sub in cell.find_all(list(_LISTS)):
+        items = [_inline_text(li) for li in sub.find_all("li")]
+        sub.replace_with(" " + "; ".join(item for item in items if item) + " ")
+    return _inline_text(cell).replace("|", "\\|")
+
+
+def _fill_spanned(cells: list[str], above: dict[int, tuple[str, int]]) -> None:
+    """Repeat the text of a cell spanning down from a row above into the columns it covers here.
+
+    Repeated, not left empty: a chunk that starts mid-table repeats only the header row, so each row
+    must carry its own label (a DOCX vertically merged cell reads the same way).
+    """
+    while len(cells) in above:
+        text, rows = above.pop(len(cells))
+        cells.append(text)
+        if rows > 1:
+            above[len(cells) - 1] = (text, rows - 1)
+
+
+def _span(cell: Tag, attribute: str) -> int:
+    span = str(cell.get(attribute) or "1").strip()
+    return int(span) if span.isdigit() and int(span) > 0 else 1
 
 
 def _is_header_row(row: Tag | None) -> bool:

@@ -36,7 +36,7 @@ _FORMATS = {
 }
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
 _H1 = re.compile(r"^# (.+)$", re.MULTILINE)
-_FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+_FENCED = re.compile(r"^(`{3,})(?!`).*?^\1`*[ \t]*$", re.MULTILINE | re.DOTALL)  # closed by as long a fence
 
 
 @dataclass(frozen=True)

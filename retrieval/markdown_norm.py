@@ -30,6 +30,7 @@ _SHORTCUT_LINK = re.compile(r"\[([^\[\]]*[A-Za-z][^\[\]]*)\](?![(\[:])")  # "[te
 _AUTOLINK = re.compile(r"<((?:https?|ftp|mailto):[^>\s]+|[^<>\s@]+@[^<>\s@]+\.[a-z]{2,})>", re.IGNORECASE)
 _EMPTY_EMPHASIS = re.compile(r"(?<!\S)(\*\*|__)\s*\1(?!\S)")
 _CODE_SPAN = re.compile(r"`[^`\n]+`")
+_BACKTICKS = re.compile(r"`{3,}")
 _STASHED = re.compile(r"\x00(\d+)\x00")
 _INVISIBLE = str.maketrans({"\u200b": "", "\ufeff": "", "\xa0": " ", "\u202f": " "})
 
@@ -56,6 +57,17 @@ def clean_inline(text: str) -> str:
     text = _EMPTY_EMPHASIS.sub("", text)
     text = " ".join(text.split())
     return _STASHED.sub(lambda match: spans[int(match.group(1))], text)
+
+
+def fenced(code: str, info: str = "") -> str:
+    """A fenced code block whose fence is longer than any backtick run in ``code``.
+
+    Any backtick line at least as long as the opening fence closes it (CommonMark): with a fixed
+    three, a "```" line from a "~~~" block ended the block early and its rest read as Markdown.
+    """
+    longest = max((len(run) for run in _BACKTICKS.findall(code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{code}\n{fence}"
 
 
 def _stash(spans: list[str], code: str) -> str:
@@ -191,7 +203,7 @@ class _Builder:
             body.append(_dedent(lines[index], indent))
             index += 1
         if "".join(body).strip():
-            self._emit(f"```{info}\n" + "\n".join(body).strip("\n") + "\n```")
+            self._emit(fenced("\n".join(body).strip("\n"), info))
         return index + 1
 
     def _quote(self, lines: list[str], index: int) -> int:

@@ -17,6 +17,7 @@ _KRAMDOWN_INLINE = re.compile(r"\{:[^}\n]*\}")
 _QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
 _TEXT_ARG = re.compile(r"\btext\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
 _URL_TAGS = frozenset({"page", "link", "download"})
+_BRANCH_TAGS = frozenset({"else", "elsif", "elif", "when"})  # between two branches, both kept
 
 
 def strip_templates(text: str) -> str:
@@ -41,6 +42,8 @@ def _render_tag(body: str) -> str:
         return f"\n\n**{first}**\n\n"
     if name == "include":
         return _include_text(args)
+    if name in _BRANCH_TAGS:
+        return " "  # "Conditional text{% else %}Other branch": two words, not "textOther"
     return ""
 
 

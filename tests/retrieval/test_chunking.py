@@ -170,6 +170,13 @@ def test_code_blocks_stay_whole_and_their_hash_lines_are_not_headings() -> None:
     assert body(chunks[0]) == "```\n# not a heading\n\nrun me\n```\n\nAfter."
 
 
+def test_a_shorter_fence_line_inside_a_code_block_does_not_close_it() -> None:
+    code = "````markdown\n```bash\necho hi\n\n# not a heading\n\necho bye\n```\n````"
+    chunks = chunk_document(document(f"# T\n\n## Setup\n\n{code}\n\nAfter.", title="T"))
+    assert [chunk.heading_path for chunk in chunks] == [("T", "Setup")]
+    assert body(chunks[0]) == f"{code}\n\nAfter."
+
+
 def test_approx_token_count_runs_a_little_above_words_and_punctuation() -> None:
     assert approx_token_count("") == 0
     assert approx_token_count("Hello, world!") == 5  # 4 pieces * 1.15, rounded up

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import docx
 import pytest
+from docx.shared import Inches
 
 from retrieval.chunking import chunk_document
 from retrieval.loaders import load_documents
@@ -217,6 +218,16 @@ def test_hard_wrapped_lines_are_rejoined_but_lists_tables_and_code_are_not(tmp_p
     )
 
 
+def test_code_holding_a_backtick_fence_gets_a_longer_fence_and_stays_one_block(tmp_path: Path) -> None:
+    example = "```bash\necho hi\n\n# not a heading\n\necho bye\n```"
+    markdown = load_one(write(tmp_path / "md.md", f"# Deploy\n\n## Setup\n\n~~~markdown\n{example}\n~~~\n\nAfter.\n"))
+    page = load_one(write(tmp_path / "page.html", f"<h1>Deploy</h1><h2>Setup</h2><pre>{example}</pre><p>After.</p>"))
+    for doc, info in ((markdown, "markdown"), (page, "")):
+        assert f"## Setup\n\n````{info}\n{example}\n````\n\nAfter." in doc.text
+        assert [chunk.heading for chunk in chunk_document(doc)] == ["Deploy > Setup"]
+    assert load_one(write(tmp_path / "snippet.md", f"~~~\n{example}\n~~~\n")).title == "Snippet"  # no H1 in code
+
+
 def test_label_lines_and_hard_breaks_stay_on_their_own_lines(tmp_path: Path) -> None:
     doc = load_one(write(tmp_path / "p.md", "**Owner:** People Team\n**Last reviewed:** March 2025\n"))
     assert doc.text == "**Owner:** People Team\n**Last reviewed:** March 2025"
@@ -260,6 +271,15 @@ def test_liquid_tags_are_removed(tmp_path: Path) -> None:
     assert "Internal" not in doc.text and "steps:" not in doc.text
 
 
+def test_both_branches_of_a_liquid_condition_stay_separate_words(tmp_path: Path) -> None:
+    text = (
+        "Staff {% if a %}Conditional text{% elsif b %}Second{%- else -%}Other branch{% endif %} apply.\n\n"
+        '{% case site.office %}{% when "dc" %}Badge at F Street{% when "sf" %}Badge at desk{% endcase %}\n'
+    )
+    doc = load_one(write(tmp_path / "c.md", text))
+    assert doc.text == "Staff Conditional text Second Other branch apply.\n\nBadge at F Street Badge at desk"
+
+
 def test_html_tables_in_markdown_become_pipe_tables(tmp_path: Path) -> None:
     text = (
         '# Office\n\n<div class="table-wrapper">\n  <table>\n  <tr>\n   <td><strong>Version</strong>\n   </td>\n'
@@ -286,6 +306,26 @@ def test_html_colspan_keeps_later_cells_under_their_own_columns(tmp_path: Path) 
         "|  | EURO |  | GBP |  |",
         "| --- | --- | --- | --- | --- |",
         "| Feb | 1.000 | 0.8939 | 1.000 | 0.7447 |",
+    ]
+
+
+def test_html_rowspan_repeats_its_text_and_keeps_later_cells_under_their_own_columns(tmp_path: Path) -> None:
+    # As in the Sourcegraph handbook's risk matrix: "Impact" spans every row of the first column.
+    text = (
+        "<table><tr><th>Axis</th><th>Level</th><th>Rare</th><th>Likely</th></tr>\n"
+        '<tr><td rowspan="2">Impact</td><td>Major</td><td>5</td><td>20</td></tr>\n'
+        "<tr><td>Minor</td><td>2</td><td>8</td></tr>\n"
+        '<tr><td>Owner</td><td rowspan="2" colspan="2">Compliance</td><td>Yearly</td></tr>\n'
+        "<tr><td>Reviewer</td><td>Monthly</td></tr></table>\n"
+    )
+    doc = load_one(write(tmp_path / "risk.md", text))
+    assert doc.text.split("\n") == [
+        "| Axis | Level | Rare | Likely |",
+        "| --- | --- | --- | --- |",
+        "| Impact | Major | 5 | 20 |",
+        "| Impact | Minor | 2 | 8 |",
+        "| Owner | Compliance |  | Yearly |",
+        "| Reviewer | Compliance |  | Monthly |",
     ]
 
 
@@ -324,6 +364,16 @@ def test_raw_html_keeps_main_content_and_drops_scripts_styles_and_navigation(tmp
     doc = load_one(write(tmp_path / "leave.html", page))
     assert doc.title == "Annual Leave"
     assert doc.text == "# Annual Leave\n\nYou get **25 days**.\n\n## Carry over\n\n- Up to 5 days\n  - Use by March"
+
+
+def test_emphasis_inside_an_html_heading_leaves_plain_heading_words(tmp_path: Path) -> None:
+    page = (
+        "<main><h1>Leave</h1><h2>Leave <em>rules</em></h2><p>Ask first.</p>"
+        "<h2><strong>Carry</strong> over <i>up to</i> 5 days</h2><p>By March.</p></main>"
+    )
+    doc = load_one(write(tmp_path / "leave.html", page))
+    headings = [chunk.heading for chunk in chunk_document(doc)]
+    assert headings == ["Leave > Leave rules", "Leave > Carry over up to 5 days"]
 
 
 def test_pdf_text_is_extracted_with_headings_guessed(tmp_path: Path) -> None:
@@ -401,6 +451,30 @@ def test_docx_nested_tables_keep_their_text_and_merged_cells_keep_columns_aligne
         "| Allowance |  | Approver |\n| --- | --- | --- |\n| EU | 150 euros | Manager |\n"
         "| US | Hotel 180 dollars, Meals 60 dollars | Director |"
     )
+
+
+def test_docx_headers_and_footers_are_kept_once_each_not_dropped(tmp_path: Path) -> None:
+    document = docx.Document(io.BytesIO(docx_bytes()))
+    first = document.sections[0]
+    first.header.paragraphs[0].text = "Acme Ltd - Company Confidential"
+    first.footer.paragraphs[0].text = "Owner: Finance, version 3"
+    first.different_first_page_header_footer = True
+    first.first_page_header.paragraphs[0].text = "Draft for review"
+    document.add_paragraph("Appendix text.")
+    second = document.add_section()  # its header is linked to the first section's: the same text
+    second.footer.is_linked_to_previous = False
+    second.footer.paragraphs[0].text = "Appendix owner: Legal"
+    table = second.footer.add_table(rows=1, cols=2, width=Inches(6))
+    table.cell(0, 0).text, table.cell(0, 1).text = "Approved", "March 2025"
+    buffer = io.BytesIO()
+    document.save(buffer)
+    doc = load_one(write(tmp_path / "expenses.docx", buffer.getvalue()))
+    assert doc.title == "Expense Policy"
+    blocks = doc.text.split("\n\n")
+    assert blocks[:3] == ["Acme Ltd - Company Confidential", "Draft for review", "# Expense Policy"]
+    footers = ["Owner: Finance, version 3", "Appendix owner: Legal", "Approved, March 2025"]
+    assert blocks[-4:] == ["Appendix text.", *footers]
+    assert doc.text.count("Company Confidential") == 1
 
 
 # --- bad input ------------------------------------------------------------------------------------
