@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from bot.agent import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
 from bot.conversation import thread_context
+from bot.db_types import utcnow
 from bot.decided import DecidedWrite, decided_write
 from bot.handoff import (
     ACTION_UNKNOWN,
@@ -49,6 +50,7 @@ from bot.unicode_text import clean_text
 log = logging.getLogger(__name__)
 
 STALE_EXECUTING = timedelta(minutes=10)  # far beyond any tool timeout: such a call's process is gone
+CASE_RETRY_AFTER = timedelta(minutes=1)  # far beyond opening one case: still without one, that attempt failed
 CANCELLED_BY_USER = {"status": "cancelled", "note": "cancelled by user"}
 PROCESS_OWNER = str(THIS_PROCESS)  # stamped on runs: the sweeper recovers those of dead processes
 RefusalReason = Literal["rate_limited", "busy"]
@@ -218,22 +220,34 @@ class PolicyPal:
         """Actions left executing by a dead process are never re-run: mark them unknown for a human.
 
         Returns each with the helpdesk case opened for it, so a caller that can reach the requester
-        (the server's sweeper) tells them too.
+        (the server's sweeper) tells them too. An action whose case could not be opened (a database
+        error, a crash between marking and opening) stays unknown without one; a later pass claims it
+        and tries again. So each is returned once, by the pass that opened its case.
         """
         stale = await self.pending.mark_stale_executing_unknown(older_than)
+        now = utcnow()
+        caseless = await self.store.claim_caseless_unknown(now - CASE_RETRY_AFTER, now)
         recovered = []
-        for record in stale:
-            log.error(
-                "pending action %s (%s for %s) was executing when its process died; marked unknown, "
-                "a human must check whether it happened",
-                record.id,
-                record.tool,
-                record.requester,
-            )
-            detail = f"{record.tool} was executing when its process died: check whether it happened."
-            case = await self._action_case(record, UserRef(record.requester), ACTION_UNKNOWN, detail)
-            recovered.append((record, case))
+        for record in [*stale, *caseless]:
+            if (case := await self._unknown_case(record)) is not None:
+                recovered.append((record, case))
         return recovered
+
+    async def _unknown_case(self, record: PendingRecord) -> HandoffCase | None:
+        """The case for an action marked unknown; None when it failed (logged, retried by a later pass)."""
+        log.error(
+            "pending action %s (%s for %s) was executing when its process died; marked unknown, "
+            "a human must check whether it happened",
+            record.id,
+            record.tool,
+            record.requester,
+        )
+        detail = f"{record.tool} was executing when its process died: check whether it happened."
+        try:
+            return await self._action_case(record, UserRef(record.requester), ACTION_UNKNOWN, detail)
+        except Exception:  # one failed case must not leave the others unopened and their requesters untold
+            log.exception("pending action %s: its case could not be opened; a later pass retries", record.id)
+            return None
 
     async def card_not_shown(self, pending_id: str) -> HandoffCase | None:
         """A confirmation card the platform would not take: withdraw the action and open a case.

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import and_, case, delete, event, func, or_, select, update
+from sqlalchemy import String, and_, case, delete, event, func, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -445,6 +445,26 @@ class Store:
         async with self._engine.connect() as conn:
             rows = await conn.execute(stmt.order_by(table.created_at).limit(limit))
             return [to_pending_record(row) for row in rows]
+
+    async def claim_caseless_unknown(self, marked_by: datetime, now: datetime, limit: int = 100) -> list[PendingRecord]:
+        """Unknown actions marked by ``marked_by`` that still have no case: their recovery failed part way.
+
+        Each is claimed with one conditional UPDATE (``finished_at`` moved to ``now``), so one caller
+        retries it, and nobody else until ``marked_by`` passes ``now``.
+        """
+        table = PendingActionRow
+        has_case = select(Handoff.number).where(Handoff.origin == literal("action:", String) + table.id)
+        due = and_(table.state == "unknown", table.finished_at <= marked_by, ~has_case.exists())
+        stmt = select(table.__table__).where(due).order_by(table.created_at).limit(limit)
+        async with self._engine.connect() as conn:
+            candidates = [to_pending_record(row) for row in await conn.execute(stmt)]
+        claimed = []
+        for record in candidates:
+            async with self._engine.begin() as conn:
+                won = await conn.execute(update(table).where(table.id == record.id, due).values(finished_at=now))
+            if won.rowcount == 1:
+                claimed.append(dataclasses.replace(record, finished_at=now))
+        return claimed
 
     # -- where conversations live, and what a handoff transcript reads -------------------------
 

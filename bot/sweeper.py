@@ -8,7 +8,8 @@ One pass:
   the helpdesk case (once per run, whoever asks), tells the user in their thread with the give-up
   reply, and finishes the run as ``cancelled``;
 - **unknown actions**: confirmed writes left executing by a dead process are marked ``unknown``
-  (``PolicyPal.recover``; never re-run) and their requester is told a person will check;
+  (``PolicyPal.recover``; never re-run) and their requester is told a person will check; one whose
+  case failed to open is retried by a later pass, and its requester told then, once;
 - **expired cards**: open actions past their expiry are expired, and their cards updated to say so;
 - **housekeeping**: old event ids, rate windows and heartbeats are pruned.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,21 +188,36 @@ def bounded_json(result: dict[str, Any], limit: int) -> str:
     """A tool result within ``limit`` characters that is still valid JSON, with a visible marker.
 
     Every observation is re-sent on every later turn, so size is capped; whole trailing list items
-    (search passages) are dropped first so the model never reads half a passage.
+    (search passages) are dropped first so the model never reads half a passage. The best one is
+    never dropped: alone too long, its text is cut, since an empty result reads as "not in the policy".
     """
     content = to_json(result)
     items = result.get("results")
     if len(content) <= limit or not isinstance(items, list):
         return _cap(content, limit)
     kept = list(items)
-    while kept:
+    while len(kept) > 1:
         kept.pop()
         dropped = len(items) - len(kept)
         trimmed = {**result, "results": kept, "truncated": f"…[truncated: {dropped} more results not shown]"}
         content = to_json(trimmed)
         if len(content) <= limit:
             return content
-    return _cap(content, limit)
+    return _best_cut(result, items, limit) or _cap(to_json(result), limit)
+
+
+def _best_cut(result: dict[str, Any], items: list[Any], limit: int) -> str | None:
+    """The first (best) passage alone, its text cut to fit; None when it has no text or even none would not fit."""
+    best = items[0] if items else None
+    if not isinstance(best, dict) or not isinstance(best.get("text"), str):
+        return None
+    truncated = f"…[truncated: passage cut, {len(items) - 1} more results not shown]"
+
+    def render(prefix: str) -> str:
+        return to_json({**result, "results": [{**best, "text": prefix, "cut": True}], "truncated": truncated})
+
+    content = _longest_fit(best["text"], render, limit)
+    return content if len(content) <= limit else None
 
 
 def _cap(content: str, limit: int) -> str:
@@ -210,14 +225,22 @@ def _cap(content: str, limit: int) -> str:
     if len(content) <= limit:
         return content
     marker = f"…[truncated: {max(len(content) - limit, 0)} more characters]"
-    low, high = 0, limit  # the longest prefix that fits: escaping grows monotonically with the prefix
+    return _longest_fit(content, lambda prefix: _partial(prefix, marker), limit)
+
+
+def _longest_fit(text: str, render: Callable[[str], str], limit: int) -> str:
+    """``render`` of the longest prefix of ``text`` within ``limit`` (of the empty prefix if none fits).
+
+    A binary search: escaping grows monotonically with the prefix, so the rendered length does too.
+    """
+    low, high = 0, min(len(text), limit)
     while low < high:
         middle = (low + high + 1) // 2
-        if len(_partial(content[:middle], marker)) <= limit:
+        if len(render(text[:middle])) <= limit:
             low = middle
         else:
             high = middle - 1
-    return _partial(content[:low], marker)
+    return render(text[:low])
 
 
 def _partial(prefix: str, marker: str) -> str:

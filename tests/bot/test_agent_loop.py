@@ -249,8 +249,10 @@ async def test_tool_results_are_capped_with_a_visible_marker(tmp_path, fake_open
         await ask(svc, "leave?")
     content = fake_openai.requests[1].messages[-1]["content"]
     assert len(content) <= 300
-    observation = json.loads(content)  # still valid JSON: whole passages were dropped, not cut
+    observation = json.loads(content)  # still valid JSON: the best passage alone, cut to fit
     assert "…[truncated: " in observation["truncated"]
+    (passage,) = observation["results"]  # not an empty result, which would read as "not in the policy"
+    assert passage["cite"].startswith("Leave and Holidays Policy › Annual leave") and passage["cut"]
 
 
 async def test_compaction_keeps_system_prompt_question_and_last_turns(tmp_path, fake_openai, sample_index):

@@ -11,14 +11,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from bot.db_types import utcnow
+from bot.handoff import Helpdesk
 from bot.notify import Notice, Notifiers
+from bot.pending import PendingActions
 from bot.process import THIS_PROCESS, ProcessId
 from bot.records import PendingRecord, Place
 from bot.store import Store
 from bot.sweeper import Sweeper
-from bot.types import GaveUp, TerminationReason
+from bot.types import GaveUp, TerminationReason, UserRef
 from bot.wiring import sweep_policy
 from tests.bot.conftest import Database
 from tests.bot.helpers import ask, eventually, left_executing_by_a_crash, service, settings_for
@@ -48,6 +51,20 @@ class RecordingNotifier:
     async def card_expired(self, record: PendingRecord) -> bool:
         self.expired.append(record)
         return True
+
+
+class FailsOnce:
+    """``Helpdesk.open_case`` as it behaves when the database drops one write: the first call fails."""
+
+    def __init__(self, open_case: Any) -> None:
+        self._open_case = open_case
+        self.calls = 0
+
+    async def __call__(self, **fields: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise OperationalError("INSERT INTO handoffs", {}, ConnectionResetError("connection lost"))
+        return await self._open_case(**fields)
 
 
 def dead_process() -> ProcessId:
@@ -183,6 +200,51 @@ async def test_an_action_cut_off_by_a_crash_is_told_to_its_requester_after_a_res
     ((place, notice),) = notifier.notices
     assert place.key == record.conversation_key and notice.case_id == "HD-1001"
 
+
+async def test_an_action_whose_case_failed_to_open_is_handed_off_and_told_once_on_a_later_pass(
+    tmp_path, fake_openai, sample_index, monkeypatch
+):
+    fake_openai.script(*[tool_calls(("create_it_ticket", TICKET), content="Shall I raise this ticket?")] * 2)
+    async with service(tmp_path, fake_openai, sample_index) as crashed:
+        first = await left_executing_by_a_crash(crashed)
+        second = await left_executing_by_a_crash(crashed, "Printer jammed on floor 2")
+    notifier = RecordingNotifier()
+    async with service(tmp_path, fake_openai, sample_index) as restarted:
+        monkeypatch.setattr(restarted.helpdesk, "open_case", FailsOnce(restarted.helpdesk.open_case))
+        notifiers = Notifiers(restarted.store)
+        notifiers.register("console", notifier)
+        passes = Sweeper(restarted, notifiers)
+        cut_short = await passes.sweep_once()  # the first action's case fails; it is unknown all the same
+        minutes_later = utcnow() - timedelta(minutes=2)  # as if the next passes ran minutes later
+        await restarted.store.update_pending(first.id, finished_at=minutes_later)
+        retried, after = await passes.sweep_once(), await passes.sweep_once()
+        record = await restarted.pending.get(first.id)
+        cases = await restarted.store.list_handoffs()
+    assert cut_short.unknown_actions == [second.id] and record.state == "unknown"
+    assert retried.unknown_actions == [first.id] and after.unknown_actions == []
+    assert [notice.case_id for _, notice in notifier.notices] == ["HD-1001", "HD-1002"]
+    assert sorted(case.question for case in cases) == ["Printer jammed on floor 2", "VPN broken with NG-809"]
+
+
+async def test_only_one_replica_retries_an_unknown_action_left_without_a_case(store: Store, second_store: Store):
+    action = await PendingActions(store).propose(
+        run_id="r1", conversation_key=KEY, requester="U_ALICE", tool="create_it_ticket", call_id="c1",
+        arguments={"summary": "VPN"}, text="Confirm?", run_state={},
+    )  # fmt: skip
+    marked = utcnow() - timedelta(minutes=5)  # by a pass that died before it opened the case
+    assert await store.transition(action.id, ("open",), "unknown", decided_at=marked, finished_at=marked)
+    now = utcnow()
+    claims = await asyncio.gather(
+        store.claim_caseless_unknown(now - timedelta(minutes=1), now),
+        second_store.claim_caseless_unknown(now - timedelta(minutes=1), now),
+    )
+    await Helpdesk(store).open_case(
+        origin=f"action:{action.id}", reason="action_unknown", user=UserRef("U_ALICE"), conversation_key=KEY,
+        question="VPN",
+    )  # fmt: skip
+    much_later = utcnow() + timedelta(hours=1)
+    assert sorted(len(claimed) for claimed in claims) == [0, 1]
+    assert await store.claim_caseless_unknown(much_later, much_later) == []
 
 
 async def test_a_run_of_ours_that_waited_long_for_a_slot_is_not_taken_for_dead(tmp_path, fake_openai):

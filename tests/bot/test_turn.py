@@ -20,3 +20,21 @@ def test_a_capped_result_fits_the_limit_whatever_its_characters(result):
     capped = json.loads(content)
     assert "…[truncated: " in capped["truncated"]
     assert len(capped["partial"]) > 1_000  # cut to fit, not emptied
+
+
+def test_a_passage_longer_than_the_limit_is_cut_not_dropped():
+    best = {
+        "cite": "Leave Policy › Annual leave",
+        "source": "https://intranet.example/leave",
+        "score": 0.99,
+        "text": "Annual leave grows with your length of service. " * 40,
+    }
+    result = {"results": [best, {**best, "score": 0.5}]}
+    content = bounded_json(result, 400)
+    assert len(content) <= 400
+    observation = json.loads(content)
+    (passage,) = observation["results"]  # the best one, never an empty result ("not in the policy")
+    assert (passage["cite"], passage["score"]) == (best["cite"], 0.99)
+    assert 50 < len(passage["text"]) < len(best["text"]) and best["text"].startswith(passage["text"])
+    assert passage["cut"] is True
+    assert "…[truncated: " in observation["truncated"]
