@@ -99,6 +99,8 @@ class EmailDestination:
         done = set(json.loads(delivery.progress)) if delivery.progress else set()
         todo = [to for to in self._recipients if to not in done]
         message = self.message(case)
+        if not todo:  # every recipient still configured has it (a refused one was dropped from the settings)
+            return str(message["Message-ID"])
         refused = await asyncio.to_thread(self._send, message, todo)
         if refused:
             if accepted := [to for to in todo if to not in refused]:

@@ -22,13 +22,22 @@ class InFlight:
         self._runs: dict[str, asyncio.Event] = {}
         self._changed = asyncio.Event()
         self.draining = False
-        self.past_grace = False  # from here on a run that starts is stopped at once
+        self._grace_ends: float | None = None  # loop time the grace period runs out, once draining
 
     def __len__(self) -> int:
         return len(self._runs)
 
     def __contains__(self, run_id: object) -> bool:
         return run_id in self._runs
+
+    @property
+    def past_grace(self) -> bool:
+        """The grace period has run out: a run that starts now is stopped at once.
+
+        By the clock, not by the drain's wait: that ends early once nothing is in flight, and a run
+        starting then (a confirmed click's continuation) still has the rest of the period.
+        """
+        return self._grace_ends is not None and asyncio.get_running_loop().time() >= self._grace_ends
 
     @contextmanager
     def track(self, run_id: str, cancel: asyncio.Event | None = None) -> Iterator[asyncio.Event]:
@@ -53,10 +62,10 @@ class InFlight:
         Returns how many runs had to be cancelled.
         """
         self.draining = True
+        self._grace_ends = asyncio.get_running_loop().time() + grace_s
         if self._runs:
             log.info("shutting down: waiting up to %.0f s for %d run(s) in flight", grace_s, len(self._runs))
         await self._wait_empty(grace_s)
-        self.past_grace = True
         late = list(self._runs.items())
         for run_id, stop in late:
             log.warning("run %s did not finish within the grace period: it gives up and hands off", run_id)

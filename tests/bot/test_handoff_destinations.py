@@ -232,6 +232,22 @@ async def test_email_a_refused_recipient_is_retried_alone_and_never_reported_del
     assert [to for _, to in smtp.envelopes] == [["helpdesk@example.com"], ["it@example.com"]]  # nobody twice
 
 
+async def test_email_whose_remaining_recipient_was_dropped_from_the_settings_is_delivered(tmp_path):
+    # The usual fix for an address the server refuses for good is to remove it; everyone still
+    # configured has the email, so the retry has nobody to send to: that is delivered, not a failure.
+    store = await queued(tmp_path, "email")
+    with FakeSMTP() as smtp:
+        smtp.refuse["it@example.com"] = "550 5.1.1 No such user"
+        (first,) = await Outbox(store, [mailer(smtp)], RETRY_SOON).run_once()
+        corrected = EmailDestination(
+            "127.0.0.1", smtp.port, sender="policypal@example.com", recipients=["helpdesk@example.com"], starttls=False
+        )
+        (second,) = await Outbox(store, [corrected], RETRY_SOON, clock=later(31)).run_once()
+    await store.close()
+    assert first.status == "retrying" and second.status == "delivered", second.detail
+    assert [to for _, to in smtp.envelopes] == [["helpdesk@example.com"]]  # nobody twice, nothing empty
+
+
 # --- Slack channel ------------------------------------------------------------------------------
 
 

@@ -45,3 +45,13 @@ async def test_a_run_that_starts_during_the_grace_period_may_still_finish():
     await asyncio.sleep(0.05)
     assert await run("quick", 0.05) is False  # started in the grace period, finished within it
     assert await slow is False and await drained == 0
+
+
+async def test_a_run_that_starts_within_the_grace_period_is_not_stopped_because_the_others_finished_early():
+    # The drain stops waiting as soon as nothing is in flight, well inside the grace period. A run
+    # that starts then (the continuation of a confirmed click whose ticket call was still going) has
+    # time left: it used to be stopped at once and hand off as if the grace period were over.
+    inflight = InFlight()
+    assert await inflight.drain(grace_s=5.0) == 0
+    with inflight.track("after a confirmed call") as stop:
+        assert not stop.is_set()
