@@ -181,13 +181,13 @@ class TeamsBot:
         activity_id = await self._send_safely(reference, cards.reply_activity(reply, requester_name))
         if not isinstance(reply.outcome, Pending):
             return
-        if activity_id:
+        if activity_id is None:  # not posted (refused after the retries, logged): nobody can confirm it
+            case = await self.service.card_not_shown(reply.outcome.action.id)
+            if case is not None:
+                await self._send_safely(reference, cards.message(case.user_reply()))
+        elif activity_id:  # a channel that answers without an id showed the card; it cannot be updated later
             where = {"reference": reference, "activity_id": activity_id, "requester_name": requester_name}
             await self.service.pending.set_platform_message(reply.outcome.action.id, where)
-            return
-        case = await self.service.card_not_shown(reply.outcome.action.id)  # nobody can confirm an unseen card
-        if case is not None:
-            await self._send_safely(reference, cards.message(case.user_reply()))
 
     async def _keep_typing(self, reference: Json) -> None:
         """A lost typing indicator costs nothing but the dots: log it and keep the run going."""
@@ -301,8 +301,10 @@ class TeamsBot:
             log.exception("teams: could not reload %s after a failed decision", click.pending_id)
             record = None
         where = (record.platform_message or {}) if record else {}
-        await self._send_safely(where.get("reference") or click.reference, cards.message(cards.DECIDE_ERROR_TEXT))
-        if record is None or record.state != "open" or not where.get("activity_id") or not where.get("reference"):
+        still_open = record is not None and record.state == "open"
+        text = cards.DECIDE_ERROR_TEXT if still_open or record is None else cards.DECIDED_ERROR_TEXT
+        await self._send_safely(where.get("reference") or click.reference, cards.message(text))
+        if not still_open or not where.get("activity_id") or not where.get("reference"):
             return
         activity = cards.message(None, cards.pending_card(record.as_action(), _requester_name(record, click.user)))
         try:

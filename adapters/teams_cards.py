@@ -30,6 +30,9 @@ FACT_FIELDS = (("category", "Category"), ("summary", "Summary"), ("urgency", "Ur
 REFUSAL_TEXT = "Sorry, PolicyPal isn't available for your organization. Please ask your IT team."
 ERROR_TEXT = "Sorry, something went wrong on my side, so I couldn't answer. Please try again in a moment."
 DECIDE_ERROR_TEXT = "Sorry, something went wrong on my side with that click. Please try again in a moment."
+DECIDED_ERROR_TEXT = (  # the click was applied (the ticket may exist): trying again would only say so
+    "Sorry, something went wrong on my side after that click, so I couldn't finish. The card shows what was done."
+)
 EMPTY_TEXT = "Ask me about a company policy, for example: *How many vacation days do I have?*"
 HANDOFF_STARTED = "Passing this conversation to the helpdesk…"
 WELCOME_TEXT = (

@@ -345,6 +345,18 @@ async def test_a_ticket_card_the_channel_will_not_take_is_withdrawn_and_handed_t
     assert await teams.service.store.count_tickets() == 0
 
 
+async def test_a_card_posted_on_a_channel_that_answers_without_an_id_stays_open(teams):
+    teams.channel.answers_without_ids = True  # the card was shown: only its later update is impossible
+    teams.model.script(propose())
+    await teams.post(teams.channel.channel_message("my VPN says NG-809, please open a ticket"))
+    posted = await teams.reply()
+    await asyncio.sleep(0.5)  # time enough for a wrong withdrawal and its notice to arrive
+    assert posted.cards and len(teams.channel.messages()) == 1
+    (record,) = await teams.service.store.find_pending("open")
+    assert record.platform_message is None
+    assert await teams.service.store.list_handoffs() == []
+
+
 async def test_a_malformed_card_action_gets_the_no_longer_available_card(teams):
     on = Recorded("send", "a:personal-29:alice", None, {}, {}, "out-1")
     invokes = [teams.channel.card_action("confirm", data, on=on) for data in ("not-a-dict", ["x"])]
@@ -438,6 +450,23 @@ async def test_a_click_whose_decision_fails_says_so_and_keeps_the_buttons(teams,
     update = await teams.channel.wait_for(lambda r: r.kind == "update")
     assert update.activity_id == posted.id and update.cards[0]["actions"] == card["actions"]
     assert len(await teams.service.store.find_pending("open")) == 1
+
+
+async def test_a_click_that_fails_after_the_ticket_was_made_does_not_ask_to_try_again(teams, monkeypatch):
+    teams.model.script(propose(), text("Raised."))
+    posted, card = await card_in_channel(teams)
+    decide = teams.service.decide
+
+    async def fails_after(*args, **kwargs):
+        await decide(*args, **kwargs)  # the ticket is created; then something breaks
+        raise RuntimeError("lost the database after the ticket")
+
+    monkeypatch.setattr(teams.service, "decide", fails_after)
+    await click(teams, posted, "confirm", card)
+
+    told = await teams.reply(count=2)
+    assert "try again" not in told.text and "The card shows what was done" in told.text
+    assert await teams.service.store.count_tickets() == 1
 
 
 async def test_a_second_click_while_the_ticket_is_created_never_leaves_the_card_saying_creating(

@@ -81,6 +81,7 @@ class FakeBotConnector(LoopbackServer):
     roster: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(ROSTER))
     recorded: list[Recorded] = field(default_factory=list)
     member_lookups: list[tuple[str, str]] = field(default_factory=list)
+    answers_without_ids: bool = False  # some channels answer a post with no activity id
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition | None = None
 
@@ -223,7 +224,7 @@ class FakeBotConnector(LoopbackServer):
         async with self._changed:
             self.recorded.append(Recorded(kind, conversation, activity_id, body, headers, str(new_id)))
             self._changed.notify_all()
-        return web.json_response({"id": new_id})
+        return web.json_response({} if self.answers_without_ids else {"id": new_id})
 
 
 def _mention() -> dict[str, Any]:
