@@ -80,11 +80,24 @@ def _common_edge(pages: list[list[str]], edges: list[list[int]]) -> int:
     """How many of these lines, in order from one edge, read the same on every page (page numbers aside)."""
     count = 0
     for position in range(min(len(edge) for edge in edges)):
-        lines = [page[edge[position]] for page, edge in zip(pages, edges, strict=True)]
-        if len({_PAGE_NUMBERS.sub("#", " ".join(line.split())) for line in lines}) > 1:
+        lines = [" ".join(page[edge[position]].split()) for page, edge in zip(pages, edges, strict=True)]
+        if not _is_running_line(lines):
             break
         count += 1
     return count
+
+
+def _is_running_line(lines: list[str]) -> bool:
+    """The same line on every page, or one whose only difference is a number counting up with the pages.
+
+    Any other difference in numbers is content: "Grade 3 25 days" ending one page and "Grade 5 28 days"
+    the next are table rows, and dropping the first lost it.
+    """
+    if len({_PAGE_NUMBERS.sub("#", line) for line in lines}) > 1:
+        return False
+    numbers = zip(*([int(n) for n in _PAGE_NUMBERS.findall(line)] for line in lines), strict=True)
+    varying = [list(run) for run in numbers if len(set(run)) > 1]
+    return not varying or (len(varying) == 1 and varying[0] == list(range(varying[0][0], varying[0][0] + len(lines))))
 
 
 def _pdf_page(text: str) -> str:

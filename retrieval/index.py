@@ -406,10 +406,10 @@ class PolicyIndex:
         with tqdm(total=len(points), desc="embedding", unit="chunk", file=sys.stderr,
                   disable=not progress, delay=PROGRESS_DELAY_S) as bar:
             for batch in _batches(points, self.embedder.batch_size):
-                if self._stop_writes.is_set():
+                if self._stop_writes.is_set():  # chunks_embedded: a bar disabled (no progress) counts nothing
                     raise IndexingStopped(
-                        f"indexing stopped after {bar.n} of {len(points)} passages: the server is shutting "
-                        "down. What was written is kept; run `policypal index` again to finish."
+                        f"indexing stopped after {report.chunks_embedded} of {len(points)} passages: the server is "
+                        "shutting down. What was written is kept; run `policypal index` again to finish."
                     )
                 self._embed_and_upsert(batch, root, report)
                 bar.update(len(batch))

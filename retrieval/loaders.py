@@ -7,6 +7,7 @@ A file whose body repeats an earlier one is skipped and listed in ``LoadReport.d
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import hashlib
 import json
 import os
@@ -191,7 +192,7 @@ def _front_matter(text: str) -> tuple[_Meta, str]:
     if match is None:
         raise ExtractError("front matter opened with --- is never closed")
     try:
-        data = yaml.safe_load(match.group(1))
+        data = _yaml_mapping(match.group(1))
     except yaml.YAMLError as exc:
         raise ExtractError(f"malformed front matter: {' '.join(str(exc).split())}") from exc
     if data is None:
@@ -199,6 +200,20 @@ def _front_matter(text: str) -> tuple[_Meta, str]:
     if not isinstance(data, dict):
         raise ExtractError("malformed front matter: expected key: value pairs")
     return _meta(data), text[match.end() :]
+
+
+def _yaml_mapping(text: str) -> object:
+    """``yaml.safe_load``, refusing a top-level key set twice: PyYAML keeps the last one silently."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if isinstance(node, yaml.MappingNode):
+            names = [key.value.strip().lower() for key, _ in node.value if isinstance(key, yaml.ScalarNode)]
+            if repeated := next((name for name in names if names.count(name) > 1), None):
+                raise ExtractError(f"front matter sets `{repeated}` twice")
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
 
 
 def _meta(raw: dict[object, object]) -> _Meta:
@@ -223,10 +238,15 @@ def _keys_folded(data: dict[object, object]) -> dict[object, object]:
         name = key.strip().lower() if isinstance(key, str) else key
         if name in folded:
             raise ExtractError(f"front matter sets `{name}` twice")
-        if isinstance(name, str) and name.startswith("audien") and name != "audience":
+        if isinstance(name, str) and name != "audience" and _looks_like_audience(name):
             raise ExtractError(f"front matter key `{key}` is not `audience`: fix it, or the groups are not applied")
         folded[name] = value
     return folded
+
+
+def _looks_like_audience(name: str) -> bool:
+    """``audiences``, ``target_audience``, and misspellings (``audiance``, ``audeince``), not ``cadence``."""
+    return "audien" in name or difflib.SequenceMatcher(None, name, "audience").ratio() >= 0.85
 
 
 def _text_field(data: dict[object, object], key: str) -> str | None:

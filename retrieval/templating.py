@@ -18,16 +18,23 @@ _QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
 _TEXT_ARG = re.compile(r"\btext\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
 _URL_TAGS = frozenset({"page", "link", "download"})
 _BRANCH_TAGS = frozenset({"else", "elsif", "elif", "when"})  # between two branches, both kept
+_TAGGED_TARGET = re.compile(r"\]\((?:\{%[^%\n]*%\}|\{(?!%)|[^()\s{])*\)")  # "](url{% else %}url)"
 
 
 def strip_templates(text: str) -> str:
     """Return Markdown with template tags, HTML comments and kramdown attribute lists removed."""
     text = _COMMENT_BLOCK.sub("", text)
     text = _HTML_COMMENT.sub("", text)
+    text = _TAGGED_TARGET.sub(_target_tags, text)
     text = _TAG.sub(lambda match: _render_tag(match.group(1)), text)
     text = _OUTPUT.sub("", text)
     text = _KRAMDOWN_LINE.sub("", text)
     return _KRAMDOWN_INLINE.sub("", text)
+
+
+def _target_tags(match: re.Match[str]) -> str:
+    """A link target's tags rendered without spaces: a space from an else would leave "[text](a b)" unread as a link."""
+    return _TAG.sub(lambda tag: _render_tag(tag.group(1)).strip(), match.group(0))
 
 
 def _render_tag(body: str) -> str:

@@ -183,6 +183,17 @@ def test_indexing_asked_to_stop_ends_between_batches_and_the_next_run_finishes_i
     assert any("30 April" in t for t in texts) and not any("31 March" in t for t in texts)
 
 
+def test_a_stopped_run_says_how_many_passages_it_wrote_without_a_progress_bar(
+    open_index: OpenIndex, corpus: list[Document]
+) -> None:
+    # The server indexes without progress; the disabled bar's count stayed 0: "stopped after 0 of N".
+    index = open_index()
+    index.embedder = StoppingEmbedder(index.embedder, index.stop_writes)
+
+    with pytest.raises(IndexingStopped, match=r"indexing stopped after 1 of \d+ passages"):
+        index.index_documents(corpus, root=ROOT_A)
+
+
 def test_changing_chunk_settings_rechunks_everything(open_index: OpenIndex, corpus: list[Document]) -> None:
     open_index().index_documents(corpus, root=ROOT_A)
 

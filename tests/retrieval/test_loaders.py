@@ -132,6 +132,18 @@ def test_a_misspelt_or_repeated_audience_key_fails_the_file_instead_of_publishin
     assert "sets `audience` twice" in reasons["twice.md"]
 
 
+def test_a_common_misspelling_or_an_exact_repeat_of_audience_fails_the_file(tmp_path: Path) -> None:
+    # "audiance" (not starting "audien") was ignored; a second `audience:` silently replaced the first (PyYAML).
+    write(tmp_path / "typo.md", "---\naudiance: [hr]\n---\nSalary bands.\n")
+    write(tmp_path / "again.md", "---\naudience: [hr]\ntitle: Pay\naudience:\n---\nPay bands.\n")
+    write(tmp_path / "cadence.md", "---\ncadence: yearly\n---\nReviews.\n")
+    report = load_documents([tmp_path])
+    assert [doc.doc_id for doc in report.documents] == ["cadence.md"]
+    reasons = failure_reasons(report)
+    assert "`audiance` is not `audience`" in reasons["typo.md"]
+    assert "sets `audience` twice" in reasons["again.md"]
+
+
 def test_malformed_front_matter_is_reported_and_the_rest_load(tmp_path: Path) -> None:
     write(tmp_path / "bad.md", "---\ntitle: [unclosed\n---\nBody.\n")
     write(tmp_path / "list.md", "---\n- just\n- a list\n---\nBody.\n")
@@ -280,6 +292,13 @@ def test_both_branches_of_a_liquid_condition_stay_separate_words(tmp_path: Path)
     assert doc.text == "Staff Conditional text Second Other branch apply.\n\nBadge at F Street Badge at desk"
 
 
+def test_a_liquid_condition_inside_a_link_target_still_leaves_only_the_link_text(tmp_path: Path) -> None:
+    # The space kept between branches split the target: "[HR Links](https://a https://b)" stayed in the text.
+    text = "Book it in [HR Links]({% if site.internal %}https://hr.int/l{%- else -%}https://hr.example/l{% endif %}).\n"
+    doc = load_one(write(tmp_path / "l.md", text))
+    assert doc.text == "Book it in HR Links."
+
+
 def test_html_tables_in_markdown_become_pipe_tables(tmp_path: Path) -> None:
     text = (
         '# Office\n\n<div class="table-wrapper">\n  <table>\n  <tr>\n   <td><strong>Version</strong>\n   </td>\n'
@@ -420,6 +439,18 @@ def test_pdf_running_headers_and_footers_are_kept_once_not_read_as_headings(tmp_
     assert hotels.heading == "ACME Travel Policy > Booking Flights"
     assert sum(chunk.text.count("Company Confidential") for chunk in chunks) == 1
     assert not any("Company Confidential" in chunk.heading for chunk in chunks)
+
+
+def test_pdf_lines_ending_each_page_that_differ_only_in_numbers_are_content_not_footers(tmp_path: Path) -> None:
+    # Read as "the same line, page numbers aside", the table row ending page 1 was dropped as a footer.
+    pages = [
+        ["Leave Entitlement", "Annual leave depends on your grade.", "Grade 1 20 days", "Grade 3 25 days"],
+        ["Grade 4 26 days", "Grade 5 28 days"],
+    ]
+    doc = load_one(write(tmp_path / "leave.pdf", pdf_bytes(*pages)))
+    assert [line for line in doc.text.split("\n") if "Grade" in line] == [
+        "## Grade 1 20 days", "## Grade 3 25 days", "## Grade 4 26 days", "## Grade 5 28 days",
+    ]
 
 
 def test_docx_headings_lists_and_tables_become_markdown(tmp_path: Path) -> None:
