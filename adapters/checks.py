@@ -12,7 +12,7 @@ import asyncio
 
 import aiohttp
 
-from adapters.helpdesk_destinations import problems as helpdesk_problems
+from adapters.destinations import problems as helpdesk_problems
 from bot.config import ConfigError, Settings
 from bot.config_check import Check
 
@@ -21,8 +21,8 @@ SLACK_TIMEOUT_S = 15.0
 
 async def check_slack(settings: Settings) -> list[str]:
     """Slack is off, or fully configured with a bot token Slack accepts."""
-    from adapters.slack import slack_credentials, verify_token
-    from adapters.slack_post import web_client
+    from adapters.slack.app import slack_credentials, verify_token
+    from adapters.slack.post import web_client
 
     try:
         credentials = slack_credentials(settings)
@@ -44,7 +44,7 @@ async def check_slack(settings: Settings) -> list[str]:
 
 async def check_teams(settings: Settings) -> list[str]:
     """Teams is off, or has both halves of its credentials."""
-    from adapters.teams import auth_mode
+    from adapters.teams.app import auth_mode
 
     try:
         auth_mode(settings)

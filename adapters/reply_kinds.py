@@ -7,7 +7,7 @@ help?" buttons under them could only fail.
 
 from __future__ import annotations
 
-from bot.handoff import case_number
+from bot.helpdesk.cases import case_number
 from bot.service import Reply
 
 

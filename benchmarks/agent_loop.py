@@ -20,12 +20,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.agent import AgentDeps, run_agent
-from bot.budget import Budgets
-from bot.pricing import Price
-from bot.run_state import RunState
-from bot.store import Store
-from bot.tools import Consequence, Tool, ToolRegistry
+from bot.agent.budget import Budgets
+from bot.agent.loop import AgentDeps, run_agent
+from bot.agent.pricing import Price
+from bot.agent.state import RunState
+from bot.agent.tools import Consequence, Tool, ToolRegistry
+from bot.store.store import Store
 from bot.types import ModelReply, ToolCall, Usage, UserRef
 
 

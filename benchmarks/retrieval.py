@@ -49,8 +49,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from retrieval.backend_edge import EdgeBackend  # noqa: E402
-from retrieval.backends import SCROLL_PAGE, Hit, IndexMeta, IndexPoint  # noqa: E402
+from retrieval.backends.base import SCROLL_PAGE, Hit, IndexMeta, IndexPoint  # noqa: E402
+from retrieval.backends.edge import EdgeBackend  # noqa: E402
 from retrieval.config import RetrievalConfig  # noqa: E402
 from retrieval.embedding import SPARSE_MODEL, Embedder, Vectors  # noqa: E402
 from retrieval.fusion import CANDIDATES, fuse  # noqa: E402
@@ -177,7 +177,7 @@ def phase_serve_qdrant_client(data_dir: Path, labels: list[Path]) -> dict[str, A
     """The same engine work on qdrant-client's local mode (pure Python), for comparison."""
     from qdrant_client import QdrantClient
 
-    from retrieval.backend_qdrant import QdrantBackend
+    from retrieval.backends.qdrant import QdrantBackend
 
     cfg = config(data_dir)
     points = _stored_points(data_dir)
@@ -304,7 +304,7 @@ def _point(record: Any) -> IndexPoint:
 def _noisy_copy(point: IndexPoint, n: int, rng: Any) -> IndexPoint:
     import numpy as np
 
-    from retrieval.backends import point_id
+    from retrieval.backends.base import point_id
 
     dense = np.asarray(point.vectors.dense) + rng.normal(0, NOISE, len(point.vectors.dense))
     dense /= np.linalg.norm(dense)
@@ -339,7 +339,7 @@ def reindex_seconds(corpus: Corpus) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLICYPAL_")}
     env.update(POLICYPAL_DATA_DIR=str(corpus.data_dir), HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "bot.cli", "index", str(corpus.docs)], cwd=corpus.data_dir,
+    result = subprocess.run([sys.executable, "-m", "adapters.cli", "index", str(corpus.docs)], cwd=corpus.data_dir,
                             env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if "unchanged" not in result.stdout or "embedded" not in result.stdout:

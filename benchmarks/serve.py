@@ -1,6 +1,6 @@
 """`policypal serve` as a process: cold start to ready, idle memory, memory over 1,000 runs, runs per second.
 
-The server runs exactly as deployed (``python -m bot.cli serve``, SQLite, a small embedded index);
+The server runs exactly as deployed (``python -m adapters.cli serve``, SQLite, a small embedded index);
 this process plays Slack (signed events in, the Web API out) and the model (a scripted
 OpenAI-compatible server: each run searches the index once, then answers). Runs are driven closed
 loop, ``--concurrency`` in flight at a time, so throughput is the server's, not a queue's. Memory is
@@ -22,9 +22,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.adapters.server.harness import Server, build_index, running, server_env
 from tests.fakes.openai_server import FakeOpenAI, respond, text, tool_calls
 from tests.fakes.slack_api import FakeSlackAPI, dm_event, event_envelope
-from tests.server.harness import Server, build_index, running, server_env
 
 POLL_S = 0.002
 

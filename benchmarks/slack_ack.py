@@ -63,7 +63,7 @@ def serve(port: int, freeze_gc: bool, real_index: bool) -> None:
     """The server under test: settings from the environment, as ``policypal serve`` reads them."""
     from aiohttp import web
 
-    from adapters.server import build_app
+    from adapters.server.app import build_app
     from bot.config import load_settings
     from bot.wiring import open_service
 
@@ -125,7 +125,7 @@ def start_server(
 
 
 def policypal(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "bot.cli", *args]
+    command = [sys.executable, "-m", "adapters.cli", *args]
     return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

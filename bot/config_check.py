@@ -18,11 +18,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bot import migrate
+from bot.agent.pricing import PriceTable, UnknownPrice
 from bot.config import ConfigError, Settings, without_secrets
 from bot.identity import GroupMap
-from bot.llm import build_model
-from bot.pricing import PriceTable, UnknownPrice
+from bot.models.openai import build_model
+from bot.store import migrate
 
 Check = Callable[[Settings], Awaitable[list[str]]]
 DATABASE_TIMEOUT_S = 10.0
@@ -118,7 +118,7 @@ async def check_index(settings: Settings) -> list[str]:
 
 
 def _index_problem(exc: Exception, settings: Settings) -> str:
-    from retrieval.backends import PolicyIndexError
+    from retrieval.backends.base import PolicyIndexError
     from retrieval.embedding import EmbeddingError
 
     if isinstance(exc, PolicyIndexError | EmbeddingError):
@@ -156,7 +156,7 @@ async def check_tickets(settings: Settings) -> list[str]:
     """A remote ticket system has every setting it needs."""
     if settings.tickets == "local":
         return []
-    from bot.ticket_backends import build_ticket_backend
+    from bot.tickets.remote import build_ticket_backend
 
     try:
         backend = build_ticket_backend(settings, None)  # type: ignore[arg-type]  # the store is for "local" only

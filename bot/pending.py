@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from bot.canonical import args_hash as compute_args_hash
-from bot.canonical import canonical_json
-from bot.db_types import utcnow
-from bot.records import PendingRecord, PendingState
-from bot.store import Store
+from bot.agent.canonical import args_hash as compute_args_hash
+from bot.agent.canonical import canonical_json
+from bot.store.columns import utcnow
+from bot.store.records import PendingRecord, PendingState
+from bot.store.store import Store
 from bot.types import PendingAction
 
 __all__ = ["Decision", "DecisionStatus", "PendingActions", "PendingRecord", "PendingState"]

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from bot.tickets import TicketBackend, TicketError, TicketRequest
-from bot.tools import Consequence, Tool, ToolContext, ToolRegistry
-from retrieval.backends import UnknownSectionError
+from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
+from bot.tickets.base import TicketBackend, TicketError, TicketRequest
+from retrieval.backends.base import UnknownSectionError
 from retrieval.types import Passage, SearchFilter
 
 TICKET_CATEGORIES = (

@@ -18,11 +18,14 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal
 
-from bot.agent import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
-from bot.conversation import thread_context
-from bot.db_types import utcnow
-from bot.decided import DecidedWrite, decided_write
-from bot.handoff import (
+from bot.agent.compaction import thread_context
+from bot.agent.decided import DecidedWrite, decided_write
+from bot.agent.loop import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
+from bot.agent.state import RunState, StateVersionError
+from bot.agent.tools import ToolContext
+from bot.agent.trace import Stopwatch
+from bot.agent.turn import ProposedWrite, execute_confirmed
+from bot.helpdesk.cases import (
     ACTION_UNKNOWN,
     CARD_NOT_SHOWN,
     TICKET_FAILED,
@@ -31,19 +34,16 @@ from bot.handoff import (
     Helpdesk,
     asks_for_human,
 )
-from bot.inflight import InFlight
-from bot.logs import log_context
-from bot.metrics import Metrics
-from bot.outbox import Outbox
+from bot.helpdesk.outbox import Outbox
 from bot.pending import Decision, PendingActions
-from bot.process import THIS_PROCESS
-from bot.ratelimit import BUSY_TEXT, Admission
-from bot.records import PendingRecord, Place
-from bot.run_state import RunState, StateVersionError
-from bot.store import Store
-from bot.tools import ToolContext
-from bot.trace import Stopwatch
-from bot.turn import ProposedWrite, execute_confirmed
+from bot.runtime.inflight import InFlight
+from bot.runtime.logs import log_context
+from bot.runtime.metrics import Metrics
+from bot.runtime.process import THIS_PROCESS
+from bot.runtime.ratelimit import BUSY_TEXT, Admission
+from bot.store.columns import utcnow
+from bot.store.records import PendingRecord, Place
+from bot.store.store import Store
 from bot.types import Answer, GaveUp, Inbound, Message, Outcome, Pending, TerminationReason, UserRef
 from bot.unicode_text import clean_text
 

@@ -13,31 +13,31 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.agent import AgentDeps, LoopSettings
-from bot.budget import Budgets
+from bot.agent.budget import Budgets
+from bot.agent.loop import AgentDeps, LoopSettings
+from bot.agent.pricing import PriceTable, UnknownPrice
+from bot.agent.turn import TurnLimits
 from bot.config import ConfigError, Settings
-from bot.handoff import Destination, Helpdesk, TranscriptLimits
-from bot.llm import build_model
-from bot.metrics import Metrics
-from bot.offline_model import NAME as OFFLINE_MODEL
-from bot.outbox import Outbox, OutboxPolicy
+from bot.helpdesk.cases import Destination, Helpdesk, TranscriptLimits
+from bot.helpdesk.outbox import Outbox, OutboxPolicy
+from bot.models.offline.model import NAME as OFFLINE_MODEL
+from bot.models.openai import build_model
 from bot.pending import PendingActions
 from bot.policy_tools import Searcher, policy_tools
-from bot.pricing import PriceTable, UnknownPrice
-from bot.ratelimit import Admission, RunSlots, UserRateLimit
 from bot.redaction import Redactor
+from bot.runtime.metrics import Metrics
+from bot.runtime.ratelimit import Admission, RunSlots, UserRateLimit
+from bot.runtime.sweeper import SweepPolicy
 from bot.service import PolicyPal
-from bot.store import Store
-from bot.sweeper import SweepPolicy
-from bot.ticket_backends import build_ticket_backend
-from bot.tickets import TicketBackend
-from bot.turn import TurnLimits
+from bot.store.store import Store
+from bot.tickets.base import TicketBackend
+from bot.tickets.remote import build_ticket_backend
 from bot.types import ChatModel
 
 log = logging.getLogger(__name__)
 
 RUN_MARGIN_S = 60.0  # beyond the deadline: persisting and replying; no live run is older
-SAMPLE_POLICIES = Path(__file__).resolve().parent.parent / "examples" / "policies"
+SAMPLE_POLICIES = Path(__file__).resolve().parents[1] / "examples" / "policies"
 
 
 def budgets(settings: Settings) -> Budgets:

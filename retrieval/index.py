@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from retrieval.backends import (
+from retrieval.backends.base import (
     Hit,
     IndexBackend,
     IndexMeta,
@@ -184,7 +184,7 @@ def load_roots(paths: Sequence[Path]) -> list[RootLoad]:
     A path given twice, or inside a directory given in the same run, is loaded once, from the outer
     directory: otherwise one file would be indexed twice, or conflict with itself.
     """
-    from retrieval.loaders import load_documents  # PDF/DOCX/HTML parsers: only `index` pays their import
+    from retrieval.ingest.loaders import load_documents  # PDF/DOCX/HTML parsers: only `index` pays their import
 
     keys = [_root_key(path) for path in paths]
     directories = [key for key in dict.fromkeys(keys) if os.path.isdir(key)]

@@ -14,6 +14,8 @@ from retrieval.embedding import Embedder
 from retrieval.index import PolicyIndex
 from tests.fakes.openai_server import FakeOpenAI, fake_openai_server
 
+pytest_plugins = ["tests.databases"]  # the store fixtures (SQLite and PostgreSQL), for every package
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_POLICIES = REPO / "examples" / "policies"
 PLATFORM_VARS = ("OPENAI_", "SLACK_", "MICROSOFTAPP", "POLICYPAL_")

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from jsonschema import Draft7Validator
 
-from tests.server.harness import build_index
+from tests.adapters.server.harness import build_index
 from tests.wheelhouse import declared_requirements, repack, runtime_closure
 
 REPO = Path(__file__).resolve().parent.parent

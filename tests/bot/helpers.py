@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.config import Settings
-from bot.db_types import utcnow
 from bot.service import PolicyPal, Reply
+from bot.store.columns import utcnow
 from bot.types import Inbound, UserRef
 from bot.wiring import open_service
 from retrieval.types import Passage

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bot.store import Store
+from bot.store.store import Store
 from tests.bot.helpers import OnePassage, ask, service
 from tests.fakes.openai_server import delay, text
 

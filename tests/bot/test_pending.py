@@ -6,12 +6,11 @@ from typing import Any
 
 import pytest
 
-from bot.canonical import args_hash
+from bot.agent.canonical import args_hash
 from bot.pending import PendingActions
-from bot.store import Store
+from bot.store.store import Store
 from bot.types import PendingAction
-
-from .conftest import Database
+from tests.databases import Database
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 TTL = timedelta(hours=1)

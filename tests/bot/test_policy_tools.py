@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bot.agent.tools import ToolContext
 from bot.policy_tools import search_tool
-from bot.tools import ToolContext
 from bot.types import UserRef
 from retrieval.index import PolicyIndex
 from tests.bot.helpers import ask, service

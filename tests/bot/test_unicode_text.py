@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from bot.trace_report import show_traces
+from adapters.cli.traces import show_traces
 from bot.unicode_text import clean_text, terminal_safe
 from tests.bot.helpers import ask, service, settings_for
 from tests.fakes.openai_server import text as answer

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.backends import IndexBackend
+from retrieval.backends.base import IndexBackend
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder, Vectors
 from retrieval.index import PolicyIndex
@@ -97,7 +97,7 @@ def open_index(cfg: RetrievalConfig, embedder: Embedder, backend_kind: str) -> I
     """Open (creating) a PolicyIndex on the chosen backend, as often as a test likes; all closed at teardown."""
     from qdrant_client import QdrantClient
 
-    from retrieval.backend_qdrant import QdrantBackend
+    from retrieval.backends.qdrant import QdrantBackend
 
     opened: list[PolicyIndex] = []
     server = QdrantBackend(QdrantClient(location=":memory:"), cfg.collection, location=":memory:")
@@ -206,7 +206,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """`policypal ARGV...` in this process: exit code, stdout, stderr."""
-    from bot.cli import main
+    from adapters.cli.main import main
 
     code = main(list(argv))
     out, err = capsys.readouterr()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from retrieval.chunking import approx_token_count, chunk_document
-from retrieval.loaders import load_documents
+from retrieval.ingest.loaders import load_documents
 from retrieval.types import Chunk, Document
 
 CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.commands import index_if_missing
+from adapters.cli.index import index_if_missing
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder
 
@@ -155,7 +155,7 @@ def test_index_while_another_process_holds_it_is_a_clear_error(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from retrieval.backend_edge import EdgeBackend; "
+            "import sys, time; from pathlib import Path; from retrieval.backends.edge import EdgeBackend; "
             f"held = EdgeBackend.open(Path({str(data_dir / 'qdrant')!r}), 'policies', create=False); "
             "print('ready', flush=True); time.sleep(60)",
         ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.backends import Hit
+from retrieval.backends.base import Hit
 from retrieval.fusion import SPARSE_WEIGHT, fuse
 
 

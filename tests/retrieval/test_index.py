@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.backend_edge import EdgeBackend
-from retrieval.backends import IndexInUseError, IndexMismatchError, IndexMissingError, PolicyIndexError, point_id
+from retrieval.backends.base import IndexInUseError, IndexMismatchError, IndexMissingError, PolicyIndexError, point_id
+from retrieval.backends.edge import EdgeBackend
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder
 from retrieval.index import IndexingStopped, PolicyIndex
@@ -248,8 +248,8 @@ def test_the_embedded_index_is_locked_while_open(cfg: RetrievalConfig, embedder:
 def test_a_second_process_gets_a_clear_in_use_error(cfg: RetrievalConfig, embedder: Embedder) -> None:
     script = (
         "from pathlib import Path\n"
-        "from retrieval.backend_edge import EdgeBackend\n"
-        "from retrieval.backends import IndexInUseError\n"
+        "from retrieval.backends.edge import EdgeBackend\n"
+        "from retrieval.backends.base import IndexInUseError\n"
         "try:\n"
         f"    EdgeBackend.open(Path({str(cfg.qdrant_path)!r}), 'policies', create=True)\n"
         "except IndexInUseError as exc:\n"

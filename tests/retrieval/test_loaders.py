@@ -11,7 +11,7 @@ import pytest
 from docx.shared import Inches
 
 from retrieval.chunking import chunk_document
-from retrieval.loaders import load_documents
+from retrieval.ingest.loaders import load_documents
 from retrieval.types import Document, LoadReport
 
 CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from retrieval.backends import Hit, UnknownSectionError
+from retrieval.backends.base import Hit, UnknownSectionError
 from retrieval.config import RetrievalConfig
 from retrieval.embedding import Embedder
 from retrieval.index import PolicyIndex, RelevanceFloor, Retrieval
@@ -43,7 +43,7 @@ def index(request: pytest.FixtureRequest, embedder: Embedder, tmp_path_factory: 
     if request.param == "qdrant-client":
         from qdrant_client import QdrantClient
 
-        from retrieval.backend_qdrant import QdrantBackend
+        from retrieval.backends.qdrant import QdrantBackend
 
         backend = QdrantBackend(QdrantClient(location=":memory:"), cfg.collection)
     with PolicyIndex.open(cfg, create=True, embedder=embedder, backend=backend) as index:

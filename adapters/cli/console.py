@@ -1,0 +1,282 @@
+"""The terminal chat: the embedded default, so a new user sees a whole run without Slack or Teams."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Literal, TextIO
+
+from adapters.destinations import destinations
+from bot.config import Settings
+from bot.helpdesk.cases import case_number
+from bot.helpdesk.outbox import DeliveryResult
+from bot.service import DecisionReply, PolicyPal, Reply
+from bot.store.columns import utcnow
+from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
+from bot.wiring import SAMPLE_POLICIES, open_service
+from retrieval.backends.base import PolicyIndexError
+
+Decide = Literal["confirm", "cancel"] | None
+DELIVERY_WAIT_S = 10.0  # the terminal waits this long for the helpdesk; failures stay in the outbox
+
+
+def inbound(text: str, user: UserRef, thread: str) -> Inbound:
+    return Inbound(
+        platform="console", channel="terminal", thread=thread, user=user, text=text, event_id=uuid.uuid4().hex
+    )
+
+
+async def ask(
+    service: PolicyPal,
+    question: str,
+    user: UserRef,
+    *,
+    answer_pending: Decide = None,
+    as_json: bool = False,
+    prompt: Callable[[str], str] | None = input,
+    out: TextIO = sys.stdout,
+) -> int:
+    """One question; a pending ticket is confirmed or cancelled by flag, by prompt, or left open."""
+    reply = await service.handle_message(inbound(question, user, uuid.uuid4().hex[:12]))
+    assert reply is not None  # a fresh event id is never a duplicate
+    decided: DecisionReply | None = None
+    if isinstance(reply.outcome, Pending):
+        if not as_json:
+            out.write(render(reply) + "\n")
+        choice = answer_pending or _prompt_choice(prompt)
+        if choice is not None:
+            decided = await decide(service, reply.outcome, user, choice)
+        elif not as_json:  # no terminal to ask on (a pipe, a script): say how to decide, or it looks done
+            out.write(_left_open(reply.outcome) + "\n")
+    if as_json:
+        out.write(json.dumps(outcome_json(reply, decided), indent=2, ensure_ascii=False) + "\n")
+    elif decided is not None:
+        out.write(render_decision(decided) + "\n")
+    elif not isinstance(reply.outcome, Pending):
+        out.write(render(reply) + "\n")
+    await deliver_cases(service, reply, decided, out=None if as_json else out)
+    final = decided.reply if decided and decided.reply else reply
+    return 0 if isinstance(final.outcome, Answer | Pending) else 3
+
+
+async def decide(service: PolicyPal, pending: Pending, user: UserRef, choice: str) -> DecisionReply:
+    action = pending.action
+    return await service.decide(action.id, user, choice, action.args_hash)  # type: ignore[arg-type]
+
+
+async def chat(
+    service: PolicyPal, user: UserRef, *, read: Callable[[str], str] = input, out: TextIO = sys.stdout
+) -> int:
+    """A conversation in one thread: follow-ups see the earlier questions and answers."""
+    thread = uuid.uuid4().hex[:12]
+    out.write("PolicyPal: ask about company policies. Empty line or Ctrl-D to quit.\n")
+    while True:
+        try:
+            question = read("you> ").strip()
+        except EOFError:
+            return 0
+        if not question:
+            return 0
+        reply = await service.handle_message(inbound(question, user, thread))
+        assert reply is not None
+        out.write(render(reply) + "\n")
+        decided = None
+        if isinstance(reply.outcome, Pending):
+            choice = _read_choice(read)  # the next line, from wherever the questions come (a pipe too)
+            if choice is not None:
+                decided = await decide(service, reply.outcome, user, choice)
+                out.write(render_decision(decided) + "\n")
+        await deliver_cases(service, reply, decided, out=out)
+
+
+async def deliver_cases(service: PolicyPal, reply: Reply, decided: DecisionReply | None, *, out: TextIO | None) -> None:
+    """Deliver the helpdesk cases this exchange opened, waiting a bounded time; failures stay queued."""
+    for case_id in _case_ids(reply, decided):
+        results = await service.outbox.run_once(case_id, timeout_s=DELIVERY_WAIT_S)
+        if out is None:
+            continue
+        for result in results:
+            out.write(_delivery_line(case_id, result) + "\n")
+
+
+def _delivery_line(case_id: str, result: DeliveryResult) -> str:
+    if result.status == "delivered":
+        return f"({case_id} sent to the helpdesk via {result.destination})"
+    if result.status == "retrying":
+        return f"({case_id} not yet sent via {result.destination}: {result.detail}; it stays queued)"
+    return f"({case_id} could not be sent via {result.destination}: {result.detail}; see policypal handoffs --failed)"
+
+
+def _case_ids(reply: Reply, decided: DecisionReply | None) -> list[str]:
+    replies = [reply, *([decided.reply] if decided and decided.reply else [])]
+    found = [r.outcome.case_id for r in replies if isinstance(r.outcome, GaveUp) and r.outcome.case_id]
+    found += [r.run_id for r in replies if case_number(r.run_id) is not None]  # a typed request for a human
+    if decided is not None and decided.case is not None:
+        found.append(decided.case.case_id)
+    return list(dict.fromkeys(found))
+
+
+def _left_open(pending: Pending) -> str:
+    action = pending.action
+    return f"(left open: `policypal decide {action.id} confirm` or `cancel`; or ask with --yes or --no)"
+
+
+def _prompt_choice(prompt: Callable[[str], str] | None) -> Decide:
+    """`ask` prompts only on a terminal: a script is never left waiting (it passes --yes or --no)."""
+    if prompt is None or (not sys.stdin.isatty() and prompt is input):
+        return None
+    return _read_choice(prompt)
+
+
+def _read_choice(prompt: Callable[[str], str]) -> Decide:
+    """Confirm on y or yes, cancel on anything else; None (left open) when the input has ended."""
+    try:
+        answer = prompt("Confirm? [y/N] ").strip().lower()
+    except EOFError:
+        return None
+    return "confirm" if answer in ("y", "yes") else "cancel"
+
+
+def render(reply: Reply) -> str:
+    outcome = reply.outcome
+    if isinstance(outcome, Answer):
+        body = outcome.text
+        if outcome.citations:
+            sources = "\n".join(f"  - {c.title} › {c.heading} ({c.source})" for c in outcome.citations)
+            body += "\n\nSources:\n" + sources
+    elif isinstance(outcome, Pending):
+        body = render_card(outcome)
+    else:
+        body = f"{outcome.text}\n(reference: {reply.run_id}, reason: {outcome.reason})"
+    return body
+
+
+def render_card(pending: Pending) -> str:
+    action = pending.action
+    fields = "\n".join(f"│ {name:<9} {action.arguments.get(name, '')}" for name in ("category", "summary", "urgency"))
+    lines = [f"┌ {action.tool}: needs your confirmation", f"│ {pending.text}" if pending.text else "│", fields]
+    lines.append(f"└ pending {action.id} · expires {action.expires_at:%Y-%m-%d %H:%M} UTC")
+    return "\n".join(lines)
+
+
+def render_decision(decided: DecisionReply) -> str:
+    parts = [decided.decision.message] if decided.decision.message else []
+    if decided.result is not None:
+        parts.append(_result_line(decided.result))
+    if decided.reply is not None:
+        parts.append(render(decided.reply))
+    return "\n".join(parts)
+
+
+def _result_line(result: dict[str, Any]) -> str:
+    if "ticket_id" in result:
+        link = f" ({result['url']})" if result.get("url") else ""
+        return f"Ticket {result['ticket_id']} created{link}."
+    if result.get("status") == "cancelled":
+        return "Cancelled: no ticket was raised."
+    handoff = f" {result['handoff']}" if result.get("handoff") else ""
+    return f"The action failed: {result.get('error', result)}{handoff}"
+
+
+def outcome_json(reply: Reply, decided: DecisionReply | None = None) -> dict[str, Any]:
+    """One object for scripts: the first run, the pending action and, if decided, the continued run."""
+    final = decided.reply if decided and decided.reply else reply
+    data: dict[str, Any] = {"run_id": reply.run_id, **_outcome_fields(final)}
+    if isinstance(reply.outcome, Pending):
+        action = reply.outcome.action
+        data["pending"] = {
+            "id": action.id,
+            "tool": action.tool,
+            "arguments": action.arguments,
+            "args_hash": action.args_hash,
+            "expires_at": action.expires_at.isoformat(),
+            "state": decided.decision.status if decided else "open",
+        }
+    if decided is not None:
+        data["decision"] = decided.status
+        data["ticket"] = decided.result if decided.result and "ticket_id" in decided.result else None
+        if decided.case is not None:
+            data["case_id"] = decided.case.case_id
+        data["final_run_id"] = final.run_id
+    return data
+
+
+def _outcome_fields(reply: Reply) -> dict[str, Any]:
+    outcome = reply.outcome
+    fields: dict[str, Any] = {
+        "reason": reply.reason.value,
+        "answer": None,
+        "citations": [],
+        "steps": reply.steps,
+        "tokens": reply.tokens,
+        "cost_usd": round(reply.cost_usd, 6),
+    }
+    if isinstance(outcome, Answer):
+        fields["answer"] = outcome.text
+        fields["citations"] = [c.__dict__ for c in outcome.citations]
+    elif isinstance(outcome, GaveUp):
+        fields["answer"] = outcome.text
+        fields["case_id"] = outcome.case_id
+    return fields
+
+
+async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: str) -> int:
+    """Entry for `policypal ask|chat|decide`: open the service on embedded defaults and run the command."""
+    user = UserRef(id=user_id, name=user_id, groups=tuple(args.group))
+    ensure_sample_index(settings)
+    try:
+        service = await open_service(settings, destinations=destinations(settings))
+    except PolicyIndexError as exc:  # e.g. `policypal serve` holds the embedded index
+        print(exc, file=sys.stderr)
+        return 1
+    try:
+        await recover_unless_served(service, timedelta(seconds=settings.worker_stale_s))
+        if args.command == "ask":
+            choice: Decide = "confirm" if args.yes else "cancel" if args.no else None
+            return await ask(service, args.question, user, answer_pending=choice, as_json=args.json)
+        if args.command == "chat":
+            return await chat(service, user)
+        return await decide_by_id(service, args.pending_id, user, args.decision)
+    finally:
+        await service.close()
+
+
+async def recover_unless_served(service: PolicyPal, alive_within: timedelta, out: TextIO = sys.stderr) -> int:
+    """Mark actions a dead process left executing as unknown, and say so, when no server is alive.
+
+    A live server's sweeper recovers them and tells each requester in their own chat; a terminal
+    that did it instead would leave a Slack or Teams user uninformed. Returns how many it recovered.
+    """
+    now = utcnow()
+    if any(now - beat < alive_within for beat in (await service.store.heartbeats()).values()):  # as the sweeper judges
+        return 0
+    recovered = await service.recover()
+    for record, case in recovered:
+        out.write(f"Pending action {record.id} ({record.tool}) was interrupted: {case.user_reply()}\n")
+    return len(recovered)
+
+
+async def decide_by_id(
+    service: PolicyPal, pending_id: str, user: UserRef, choice: str, out: TextIO = sys.stdout
+) -> int:
+    """Decide a pending action from a later process: the card's hash comes from the stored call."""
+    record = await service.pending.get(pending_id)
+    if record is None:
+        out.write(f"No pending action {pending_id}.\n")
+        return 1
+    decided = await service.decide(pending_id, user, choice, record.args_hash)  # type: ignore[arg-type]
+    out.write(render_decision(decided) + "\n")
+    if decided.reply is not None:
+        await deliver_cases(service, decided.reply, decided, out=out)
+    return 0 if decided.status in ("confirmed", "cancelled") else 1
+
+
+def ensure_sample_index(settings: Settings) -> None:
+    """First use on embedded defaults: index the sample policies so `ask` works at once."""
+    from adapters.cli.index import index_if_missing
+
+    index_if_missing(settings.retrieval(), SAMPLE_POLICIES)

@@ -1,0 +1,212 @@
+"""One aiohttp app for every surface: /slack/events (and Socket Mode), /api/messages, /healthz, /readyz, /metrics.
+
+The composition root of ``policypal serve``. Start-up checks the whole configuration first and
+refuses, listing every problem, rather than start half-working (``bot.config_check``). Then the
+service is opened once and shared; each platform adds its routes only when configured; the handoff
+outbox and the sweeper (heartbeat, crash recovery, expired cards) run beside them.
+
+Shutdown (SIGTERM or Ctrl-C): aiohttp stops listening and Slack leaves Socket Mode (new events go
+to another replica), then ``_drain`` gives runs in flight ``POLICYPAL_SHUTDOWN_GRACE_S`` to finish
+and cancels the rest, which give up with a helpdesk case and a reply; only then do the platforms
+drain their reply tasks and the service close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from adapters.app_keys import READINESS, SERVICE, SETTINGS
+from adapters.checks import PLATFORM_CHECKS
+from adapters.cli.index import format_report, load_for_index
+from adapters.destinations import destinations
+from adapters.server.health import QuietProbesAccessLogger, add_health_routes, count_platform_requests, register_probes
+from adapters.server.index_socket import serving, socket_path
+from bot.config import Settings
+from bot.config_check import find_problems, report
+from bot.delivery.notify import Notifiers
+from bot.redaction import Redactor
+from bot.runtime.logs import configure_json_logging
+from bot.runtime.sweeper import Sweeper
+from bot.service import PolicyPal
+from bot.wiring import open_service, sweep_policy
+from retrieval.index import IndexingStopped
+
+__all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
+
+log = logging.getLogger(__name__)
+
+LISTEN_BACKLOG = 1024  # a burst of Slack events opens hundreds of connections at once; 128 drops some
+HTTP_SHUTDOWN_S = 5.0  # requests in progress at shutdown (acks are immediate; runs are drained separately)
+SWEEPER_STOP_S = 10.0
+
+
+def build_app(settings: Settings, service: PolicyPal | None = None, *, sweep: bool | None = None) -> web.Application:
+    """The app; tests pass a service they built, production lets start-up open one from settings.
+
+    ``sweep``: run the sweeper (heartbeat, crash recovery, expiry); by default only when the app
+    opens its own service, so a test's service sees no background passes it did not ask for.
+    """
+    app = web.Application(middlewares=[count_platform_requests])
+    app[SETTINGS] = settings
+    add_health_routes(app)
+    app.cleanup_ctx.append(_service_context(service))
+    app.cleanup_ctx.append(_outbox_worker)
+    app.cleanup_ctx.append(_index_socket)
+    from adapters.slack.app import add_slack_routes
+    from adapters.teams.app import add_teams_routes
+
+    add_slack_routes(app, settings)
+    add_teams_routes(app, settings)
+    # After the platforms' contexts: probes and notifiers need their clients started.
+    app.cleanup_ctx.append(_operations(service is None if sweep is None else sweep))
+    # After the platforms' own shutdown hooks (Slack leaves Socket Mode there): drain only once no
+    # new event can arrive, or runs started during the drain are cut short at its end.
+    app.on_shutdown.append(_drain)
+    return app
+
+
+def _service_context(given: PolicyPal | None) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        settings = app[SETTINGS]
+        service = given or await open_service(settings, destinations=destinations(settings), serving=True)
+        if given is None:
+            await _warm_up(service)
+            # Start-up objects (model, index, SDKs) never die: keep them out of every later full
+            # collection, whose pauses otherwise land in the middle of a burst of acks.
+            gc.collect()
+            gc.freeze()
+        app[SERVICE] = service
+        yield
+        if given is None:
+            await service.close()
+
+    return context
+
+
+async def _warm_up(service: PolicyPal) -> None:
+    """The first search builds the embedding model's session (a second or two): pay it before ready."""
+    if service.searcher is None:
+        return
+    try:
+        await service.searcher.asearch("warm-up", 1)  # type: ignore[attr-defined]
+    except Exception:  # readiness will report a broken index; start-up need not fail here
+        log.warning("warming up the index failed", exc_info=True)
+
+
+async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
+    """Deliver helpdesk cases while the server runs (any number of replicas may run one)."""
+    outbox = app[SERVICE].outbox
+    task = asyncio.create_task(outbox.run_forever(), name="handoff-outbox")
+    yield
+    outbox.stop()  # finish what is in flight, so a half-posted case is not posted again after a restart
+    with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+        await asyncio.wait_for(task, outbox.policy.deliver_timeout_s + 1)
+
+
+async def _index_socket(app: web.Application) -> AsyncIterator[None]:
+    """Let `policypal index` reach the embedded index this server holds (adapters/index_socket.py)."""
+    cfg = app[SETTINGS].retrieval()
+    owned = app[SERVICE].searcher
+    if cfg.qdrant_url or not hasattr(owned, "index_loads"):
+        yield  # a Qdrant server takes writes from any process; a test's searcher indexes nothing
+        return
+
+    async def index_paths(paths: list[Path], remove: bool) -> dict[str, Any]:
+        started = time.perf_counter()
+        if remove:
+            report, location = await owned.remove_roots(paths)
+            failures = [[str(failure.path), failure.reason] for failure in report.failures]
+            return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
+        loads, nothing = await asyncio.to_thread(load_for_index, paths)
+        failures = [[str(f.path), f.reason] for load in loads for f in load.report.failures]
+        if nothing:
+            return {"error": nothing, "failures": failures}
+        try:
+            report, location = await owned.index_loads(loads)
+        except IndexingStopped as exc:  # the server is shutting down: say so, it is not a failure of the files
+            return {"error": str(exc), "failures": failures}
+        report.seconds = time.perf_counter() - started  # reading and parsing the files included
+        failures = [[str(failure.path), failure.reason] for failure in report.failures]
+        return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
+
+    async with serving(socket_path(cfg), index_paths):
+        try:
+            yield
+        finally:  # before the socket closes, which waits for the request: indexing a folder takes minutes
+            owned.stop_writes()
+
+
+def _operations(sweep: bool) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        service = app[SERVICE]
+        register_probes(app, service)
+        if not sweep:
+            yield
+            return
+        sweeper = Sweeper(service, platform_notifiers(app, service), sweep_policy(app[SETTINGS]))
+        task = asyncio.create_task(sweeper.run_forever(), name="sweeper")
+        yield
+        sweeper.stop()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, SWEEPER_STOP_S)
+        with contextlib.suppress(Exception):  # a database already gone: our heartbeat simply ages out
+            await sweeper.forget_me()
+
+    return context
+
+
+def platform_notifiers(app: web.Application, service: PolicyPal) -> Notifiers:
+    """A notifier for each platform running on this app, so recovery can post in their threads."""
+    from adapters.slack.app import SLACK
+    from adapters.teams.app import TEAMS
+
+    notifiers = Notifiers(service.store)
+    if SLACK in app:
+        from adapters.slack.notify import SlackNotifier
+
+        notifiers.register("slack", SlackNotifier(app[SLACK].bridge.poster))
+    if TEAMS in app:
+        from adapters.teams.notify import TeamsNotifier
+
+        notifiers.register("teams", TeamsNotifier(app[TEAMS].connector))
+    return notifiers
+
+
+async def _drain(app: web.Application) -> None:
+    """No new connections by now; let runs in flight finish, then make the rest give up and hand off."""
+    app[READINESS].draining = True
+    if SERVICE not in app:
+        return
+    cancelled = await app[SERVICE].inflight.drain(app[SETTINGS].shutdown_grace_s)
+    if cancelled:
+        log.warning("%d run(s) gave up at shutdown; each has a helpdesk case and a reply", cancelled)
+
+
+def run_server(settings: Settings, host: str = "0.0.0.0", port: int = 3000) -> int:
+    """`policypal serve`: check the configuration, then serve until SIGTERM or Ctrl-C."""
+    configure_json_logging(logging.getLevelName(settings.log_level.upper()), Redactor(settings.secret_values()))
+    problems = asyncio.run(find_problems(settings, PLATFORM_CHECKS))
+    if problems:
+        print(report(problems), file=sys.stderr)
+        return 2
+    web.run_app(
+        build_app(settings),
+        host=host,
+        port=port,
+        shutdown_timeout=HTTP_SHUTDOWN_S,
+        backlog=LISTEN_BACKLOG,
+        access_log_class=QuietProbesAccessLogger,
+        print=lambda line: log.info("%s", " ".join(line.split())),
+    )
+    log.info("stopped")
+    return 0

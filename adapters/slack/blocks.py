@@ -1,0 +1,349 @@
+"""Block Kit for every PolicyPal message: answers, ticket cards, decided cards, give-ups, notices.
+
+Pure functions from core types to ``SlackMessage`` values, so the layout and Slack's limits can be
+tested without a server. Limits (NOTES.md): a section holds 3,000 characters, a message 50 blocks,
+and a message's blocks fail with ``msg_blocks_too_long`` at about 13,000 characters in all. Long
+answers are split into several messages; nothing is ever cut without saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from adapters.slack.mrkdwn import escape, to_mrkdwn
+from bot.store.records import PendingRecord
+from bot.types import Answer, Citation, GaveUp, PendingAction
+
+Block = dict[str, Any]
+
+SECTION_CHARS = 3_000
+MAX_BLOCKS = 50
+MESSAGE_CHARS = 12_000  # below the ~13,000 where Slack answers msg_blocks_too_long
+CONTEXT_ELEMENTS = 10
+MAX_MESSAGES = 8  # one answer never floods a thread; anything beyond is announced, not dropped silently
+FALLBACK_CHARS = 200
+_FENCE_RESERVE = 8  # room to close and reopen a code block cut between two sections
+
+CONFIRM = "pp_confirm"
+CANCEL = "pp_cancel"
+HELPFUL = "pp_feedback_helpful"
+NOT_HELPFUL = "pp_feedback_not_helpful"
+HANDOFF = "pp_handoff"
+CARD_BLOCK = "pp_card_actions"
+CARD_FIELDS = ("category", "summary", "urgency")
+FIELD_CHARS = 1_900  # a section field holds 2,000 characters, label included
+
+_TOKENS = re.compile(r"<[^>\s][^>]*>|\S+|\s+")
+
+
+@dataclass(frozen=True)
+class SlackMessage:
+    """One chat.postMessage / chat.update payload: blocks plus the plain text Slack notifies with."""
+
+    text: str
+    blocks: list[Block]
+
+    def payload(self) -> dict[str, Any]:
+        return {"text": self.text, "blocks": self.blocks}
+
+
+# --- text splitting ---------------------------------------------------------------------------------
+
+
+def split_text(text: str, limit: int = SECTION_CHARS) -> list[str]:
+    """Split mrkdwn into pieces of at most ``limit`` characters, at paragraph, line, then word bounds."""
+    if len(text) <= limit:
+        return [text] if text.strip() else []
+    pieces = _pack(_units(text, limit - _FENCE_RESERVE), limit - _FENCE_RESERVE)
+    return _balance_fences(pieces)
+
+
+def _units(text: str, limit: int) -> list[str]:
+    units: list[str] = []
+    for paragraph in re.split(r"(?<=\n\n)", text):
+        if len(paragraph) <= limit:
+            units.append(paragraph)
+            continue
+        for line in paragraph.splitlines(keepends=True):
+            units.extend([line] if len(line) <= limit else _words(line, limit))
+    return units
+
+
+def _words(line: str, limit: int) -> list[str]:
+    """A line longer than a section: cut between words, and inside a word only when one is that long."""
+    out: list[str] = []
+    for token in _TOKENS.findall(line):
+        while len(token) > limit:
+            out.append(token[:limit])
+            token = token[limit:]
+        out.append(token)
+    return out
+
+
+def _pack(units: Iterable[str], limit: int) -> list[str]:
+    pieces: list[str] = []
+    current = ""
+    for unit in units:
+        if current and len(current) + len(unit) > limit:
+            pieces.append(current)
+            current = ""
+        current += unit
+    if current:
+        pieces.append(current)
+    return [piece.strip("\n") for piece in pieces if piece.strip()]
+
+
+def _balance_fences(pieces: list[str]) -> list[str]:
+    """A code block cut in two is closed at the end of one piece and reopened at the next."""
+    balanced: list[str] = []
+    carry = False
+    for piece in pieces:
+        if carry:
+            piece = "```\n" + piece
+        carry = piece.count("```") % 2 == 1
+        balanced.append(piece + "\n```" if carry else piece)
+    return balanced
+
+
+# --- small builders ---------------------------------------------------------------------------------
+
+
+def section(mrkdwn: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}
+
+
+def context(*elements: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text} for text in elements]}
+
+
+def button(label: str, action_id: str, value: str, style: str | None = None) -> Block:
+    element: Block = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": label, "emoji": True},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        element["style"] = style
+    return element
+
+
+def plain_field(label: str, value: object) -> Block:
+    # plain_text, emoji off: the requester sees the frozen values exactly, with no formatting applied
+    return {"type": "plain_text", "text": f"{label}: {value}", "emoji": False}
+
+
+def sections(mrkdwn: str) -> list[Block]:
+    return [section(piece) for piece in split_text(mrkdwn)]
+
+
+def blocks_size(blocks: Sequence[Block]) -> int:
+    """Characters of a message's blocks as Slack counts them for msg_blocks_too_long (JSON text)."""
+    return len(json.dumps(list(blocks), ensure_ascii=False))
+
+
+def when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "an unknown time"
+
+
+# --- messages ---------------------------------------------------------------------------------------
+
+
+def answer_messages(answer: Answer, run_id: str, *, actions: bool = True) -> list[SlackMessage]:
+    """An answer as one or more messages: text, the cited policies, then feedback and handoff buttons.
+
+    ``actions`` False (a refusal, or a reply that opened a helpdesk case): no buttons, since there is
+    no run for them to rate or hand off.
+    """
+    body = sections(to_mrkdwn(answer.text)) or [section("_(no answer text)_")]
+    tail = [*citation_blocks(answer.citations), *([reply_actions(run_id)] if actions else [])]
+    return pack(body, tail, run_id)
+
+
+def citation_blocks(citations: Sequence[Citation]) -> list[Block]:
+    """The cited policies (title, heading, link) in context blocks of at most ten elements."""
+    lines = list(dict.fromkeys(_citation_line(c) for c in citations))
+    return [context(*lines[i : i + CONTEXT_ELEMENTS]) for i in range(0, len(lines), CONTEXT_ELEMENTS)]
+
+
+def _citation_line(citation: Citation) -> str:
+    label = " › ".join(part for part in (citation.title, citation.heading) if part)
+    if citation.source.startswith(("https://", "http://")):
+        return f":page_facing_up: <{citation.source}|{escape(label).replace('|', '¦')}>"
+    return f":page_facing_up: {escape(label)}"
+
+
+def reply_actions(run_id: str, *, handoff: bool = True) -> Block:
+    """Feedback on the run (stored with its trace) and, on request, a handoff to the helpdesk."""
+    elements = [
+        button(":thumbsup: Helpful", HELPFUL, run_id),
+        button(":thumbsdown: Not helpful", NOT_HELPFUL, run_id),
+    ]
+    if handoff:
+        elements.append(button("Still need help?", HANDOFF, run_id))
+    return {"type": "actions", "block_id": f"pp_reply_{run_id}"[:255], "elements": elements}
+
+
+def pack(body: Sequence[Block], tail: Sequence[Block], run_id: str) -> list[SlackMessage]:
+    """Fill messages up to Slack's block count and size; the tail (sources, buttons) stays together at the end."""
+    messages = _fill([[]], body)
+    if _fits([*messages[-1], *tail]):
+        messages[-1] = [*messages[-1], *tail]
+    else:
+        messages = _fill([*messages, []], tail)
+    if len(messages) > MAX_MESSAGES:
+        messages = _announce_overflow(messages, tail, run_id)
+    return [SlackMessage(_fallback(blocks), blocks) for blocks in messages]
+
+
+def _fill(messages: list[list[Block]], blocks: Sequence[Block]) -> list[list[Block]]:
+    for block in blocks:
+        if messages[-1] and not _fits([*messages[-1], block]):
+            messages.append([])
+        messages[-1].append(block)
+    return messages
+
+
+def _fits(blocks: Sequence[Block]) -> bool:
+    return len(blocks) <= MAX_BLOCKS and blocks_size(blocks) <= MESSAGE_CHARS
+
+
+def _announce_overflow(messages: list[list[Block]], tail: Sequence[Block], run_id: str) -> list[list[Block]]:
+    kept = messages[: MAX_MESSAGES - 1]
+    hidden = sum(len(b.get("text", {}).get("text", "")) for m in messages[MAX_MESSAGES - 1 :] for b in m)
+    notice = section(
+        f":warning: This answer is too long for Slack: about {hidden:,} more characters are not shown. "
+        f"Ask a narrower question, or quote reference `{run_id}` to the helpdesk."
+    )
+    return [*kept, [notice, *tail]]
+
+
+def _fallback(blocks: Sequence[Block]) -> str:
+    for block in blocks:
+        text = block.get("text", {}).get("text") if block.get("type") == "section" else None
+        if text:
+            return text if len(text) <= FALLBACK_CHARS else text[: FALLBACK_CHARS - 1] + "…"
+    return "PolicyPal"
+
+
+# --- the ticket card --------------------------------------------------------------------------------
+
+
+def button_value(pending_id: str, args_hash: str) -> str:
+    """What a card button carries: the pending id and the hash of the frozen arguments, never the arguments."""
+    return f"{pending_id}:{args_hash}"
+
+
+def parse_button_value(value: str) -> tuple[str, str]:
+    pending_id, _, args_hash = value.partition(":")
+    return pending_id, args_hash
+
+
+def card_message(action: PendingAction) -> SlackMessage:
+    """A proposed write as a card: the model's words, the exact fields, Confirm and Cancel."""
+    value = button_value(action.id, action.args_hash)
+    buttons = {
+        "type": "actions",
+        "block_id": CARD_BLOCK,
+        "elements": [button("Confirm", CONFIRM, value, "primary"), button("Cancel", CANCEL, value)],
+    }
+    note = context(
+        f"Only <@{action.requester}> can confirm this. Nothing is created until then. "
+        f"Expires {when(action.expires_at)}."
+    )
+    blocks = [*_card_body(action.text, action.tool, action.arguments), buttons, note]
+    return SlackMessage(f"Please confirm: {_summary(action.arguments)}", blocks)
+
+
+def decided_card_message(record: PendingRecord, case_id: str | None = None) -> SlackMessage:
+    """The card after a decision (or expiry): same body, buttons gone, who decided, when, and the result."""
+    line = status_line(record)
+    if case_id:
+        line += f" Helpdesk case *{escape(case_id)}* will follow up."
+    blocks = [*_card_body(record.text, record.tool, record.arguments), context(line)]
+    return SlackMessage(f"{_summary(record.arguments)}: {_plain(line)}", blocks)
+
+
+def _card_body(text: str, tool: str, arguments: dict[str, Any]) -> list[Block]:
+    intro = to_mrkdwn(text) if text.strip() else f"I can run *{escape(tool)}* for you with these details:"
+    short = {k: v for k, v in arguments.items() if k in CARD_FIELDS and len(str(v)) <= FIELD_CHARS}
+    fields = [plain_field(name.capitalize(), short[name]) for name in CARD_FIELDS if name in short]
+    blocks = sections(intro)
+    if fields:
+        blocks.append({"type": "section", "fields": fields})
+    for name, value in arguments.items():
+        if name not in short and value not in (None, ""):
+            blocks.extend(plain_sections(f"{name.capitalize()}: {value}"))
+    return blocks
+
+
+def plain_sections(text: str) -> list[Block]:
+    return [{"type": "section", "text": {"type": "plain_text", "text": p, "emoji": False}} for p in split_text(text)]
+
+
+def _summary(arguments: dict[str, Any]) -> str:
+    """The model-written summary for a message's ``text``, which Slack reads as mrkdwn: escaped like the blocks."""
+    return escape(str(arguments.get("summary") or "a pending request"))
+
+
+def _plain(mrkdwn: str) -> str:
+    return re.sub(r"<@([A-Z0-9]+)>", r"@\1", mrkdwn).replace("*", "")
+
+
+def status_line(record: PendingRecord) -> str:
+    """Who decided, when, and what came of it, for each state a pending action can be in."""
+    by = f"<@{record.decider}> at {when(record.decided_at)}" if record.decider else ""
+    result = record.result or {}
+    lines = {
+        "open": f"Waiting for <@{record.requester}> to confirm. Expires {when(record.expires_at)}.",
+        "executing": f":hourglass_flowing_sand: Confirmed by {by}. Creating it now…",
+        "done": f":white_check_mark: Confirmed by {by}. {_result_words(result)}",
+        "failed": f":warning: Confirmed by {by}, but it failed: {escape(str(result.get('error', 'unknown error')))}",
+        "cancelled": f":heavy_multiplication_x: Cancelled by {by}. Nothing was created.",
+        "expired": f":hourglass: Expired at {when(record.expires_at)}. Nothing was created; ask again if needed.",
+        "unknown": f":warning: Confirmed by {by}, but PolicyPal stopped while creating it. A person will check.",
+    }
+    return lines.get(record.state, f"State: {record.state}")
+
+
+def _result_words(result: dict[str, Any]) -> str:
+    if not result.get("ticket_id"):
+        return "Done."
+    ticket, url = escape(str(result["ticket_id"])), result.get("url")
+    return f"Ticket <{url}|*{ticket}*> created." if url else f"Ticket *{ticket}* created."
+
+
+def in_progress_card_message(record: PendingRecord, actor_id: str, at: datetime, choice: str) -> SlackMessage:
+    """The card right after the requester's click: buttons gone at once while the decision runs."""
+    line = f":hourglass_flowing_sand: <@{actor_id}> clicked {choice.capitalize()} at {when(at)}. Working on it…"
+    blocks = [*_card_body(record.text, record.tool, record.arguments), context(line)]
+    return SlackMessage(f"{_summary(record.arguments)}: working on it", blocks)
+
+
+# --- give-up, handoff, notices ---------------------------------------------------------------------
+
+
+def give_up_message(gave_up: GaveUp, run_id: str) -> SlackMessage:
+    """The honest message, and the helpdesk case id (or, until a case exists, the run id to quote)."""
+    if gave_up.case_id:
+        ref = f"Helpdesk case *{escape(gave_up.case_id)}* · run `{run_id}`"
+    else:
+        ref = f"If you contact the helpdesk, quote reference `{run_id}`."
+    blocks = [*sections(to_mrkdwn(gave_up.text)), context(ref), reply_actions(run_id, handoff=not gave_up.case_id)]
+    return SlackMessage(_fallback(blocks), blocks)  # the converted, escaped text, never the raw Markdown
+
+
+def handoff_message(text: str, case_id: str | None, run_id: str | None = None) -> SlackMessage:
+    ref = f"Helpdesk case *{escape(case_id)}*" if case_id else f"Reference `{run_id}`" if run_id else ""
+    blocks = [*sections(to_mrkdwn(text)), *([context(ref)] if ref else [])]
+    return SlackMessage(_fallback(blocks), blocks)
+
+
+def notice_message(mrkdwn: str) -> SlackMessage:
+    """A one-section message (errors, hints); the text is already mrkdwn."""
+    return SlackMessage(_plain(mrkdwn), sections(mrkdwn))

@@ -1,0 +1,144 @@
+"""The Slack helpdesk channel as a handoff destination: a summary message, the transcript in its thread.
+
+The summary names the user, the question in one line, the reason and the link back; the full
+Markdown transcript follows as replies in the summary's thread (Slack shows code blocks verbatim).
+A delivery that posted its summary but failed in the thread resumes in the thread on the next
+attempt, from any process: the outbox row keeps where the summary is and how many parts are in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.helpdesk.cases import HandoffCase, reason_label
+from bot.helpdesk.outbox import Delivery
+
+CHUNK_CHARS = 3_500  # under Slack's 4,000-character guidance for one message's text
+MAX_THREAD_MESSAGES = 15
+HEADER_CHARS = 150  # Block Kit header limit
+SECTION_CHARS = 2_900  # Block Kit section limit is 3,000
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """Where the summary is and how many transcript parts are in its thread, as the outbox row keeps it."""
+
+    channel: str
+    ts: str
+    posted: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.channel}/{self.ts}/{self.posted}"
+
+    @classmethod
+    def parse(cls, saved: str | None) -> _Progress | None:
+        parts = (saved or "").split("/")
+        if len(parts) != 3 or not parts[2].isdigit():
+            return None
+        return cls(parts[0], parts[1], int(parts[2]))
+
+
+class SlackChannelDestination:
+    """Posts each case to one Slack channel (an id such as C0123, or a name the bot is a member of)."""
+
+    name = "slack"
+
+    def __init__(self, client: AsyncWebClient, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._progress: dict[str, str] = {}  # deliveries outside the outbox resume within this process
+
+    @classmethod
+    def from_token(cls, token: str, channel: str, *, base_url: str | None = None) -> SlackChannelDestination:
+        if not base_url:
+            return cls(AsyncWebClient(token=token), channel)
+        return cls(AsyncWebClient(token=token, base_url=base_url.rstrip("/") + "/"), channel)
+
+    async def deliver(self, case: HandoffCase) -> str | None:
+        """Outside the outbox: progress is kept in memory, so a retry in this process still resumes."""
+
+        async def remember(progress: str) -> None:
+            self._progress[case.case_id] = progress
+
+        delivery = Delivery(key="", progress=self._progress.get(case.case_id), save=remember)
+        ref = await self.deliver_tracked(case, delivery)
+        self._progress.pop(case.case_id, None)
+        return ref
+
+    async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None:
+        """Post what earlier attempts did not: the summary unless saved, then the remaining parts."""
+        progress = _Progress.parse(delivery.progress) or await self._post_summary(case, delivery)
+        chunks = transcript_chunks(case)  # the same parts on every attempt: the case is stored
+        for posted in range(progress.posted, len(chunks)):
+            await self._client.chat_postMessage(channel=progress.channel, thread_ts=progress.ts, text=chunks[posted])
+            await delivery.save(str(_Progress(progress.channel, progress.ts, posted + 1)))
+        return f"{progress.channel}/{progress.ts}"
+
+    async def _post_summary(self, case: HandoffCase, delivery: Delivery) -> _Progress:
+        response = await self._client.chat_postMessage(
+            channel=self._channel, text=_escape(case.summary_line()), blocks=summary_blocks(case), unfurl_links=False
+        )
+        progress = _Progress(str(response["channel"]), str(response["ts"]))
+        await delivery.save(str(progress))  # before the thread: a retry must not post a second summary
+        return progress
+
+
+def summary_blocks(case: HandoffCase) -> list[dict[str, Any]]:
+    """Header, key facts as fields, the question, and where the transcript is."""
+    header = f"{case.case_id} · {reason_label(case.reason)}"[:HEADER_CHARS]
+    user = f"<@{case.user.id}>" if case.platform == "slack" else _escape(case.user.name or case.user.id)
+    if case.user.email:
+        user += f" ({_escape(case.user.email)})"
+    link = f"<{case.link}|open the conversation>" if case.link else _escape(f"{case.platform} {case.channel}")
+    fields = [
+        ("User", user),
+        ("Reason", _escape(case.reason)),
+        ("Where", link),
+        ("Opened", f"{case.created_at:%H:%M} UTC"),
+    ]
+    return [
+        {"type": "header", "text": {"type": "plain_text", "text": header}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in fields]},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _quote(case.question)[:SECTION_CHARS]}},
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": f"Transcript in the thread · `policypal handoffs {case.case_id}`"}],
+        },
+    ]
+
+
+def transcript_chunks(case: HandoffCase) -> list[str]:
+    """The Markdown transcript as code blocks of at most ``CHUNK_CHARS``, split on line boundaries."""
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in case.to_markdown().replace("```", "'''").splitlines():
+        line = line[:CHUNK_CHARS]
+        if size + len(line) + 1 > CHUNK_CHARS and current:
+            chunks.append("\n".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line) + 1
+    if current:
+        chunks.append("\n".join(current))
+    if len(chunks) > MAX_THREAD_MESSAGES:
+        rest = len(chunks) - MAX_THREAD_MESSAGES + 1
+        chunks = chunks[: MAX_THREAD_MESSAGES - 1]
+        chunks.append(f"({rest} more parts: the whole transcript is `policypal handoffs {case.case_id}`)")
+        return [_code(c) for c in chunks[:-1]] + chunks[-1:]
+    return [_code(c) for c in chunks]
+
+
+def _code(text: str) -> str:
+    return f"```\n{_escape(text)}\n```"
+
+
+def _quote(text: str) -> str:
+    return "\n".join(f">{_escape(line)}" for line in (text.strip() or "(no question)").splitlines())
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

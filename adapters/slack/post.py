@@ -1,0 +1,169 @@
+"""Every Web API write PolicyPal makes, with Slack's errors turned into logs and user-facing notes.
+
+Retries of rate limits (honouring Retry-After), 500/503 and dropped connections are the client's
+retry handlers' job (see ``web_client``). What still fails after them never raises from here: a
+channel the bot cannot post in is logged as an error naming the channel and the fix, and the user is
+told in a direct message, so nobody is left talking to a bot that seems to ignore them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.blocks import SlackMessage
+from adapters.slack.inbound import BotIdentity
+
+log = logging.getLogger(__name__)
+
+# The bot is not in the channel, the channel is gone, or the token belongs to another workspace.
+CHANNEL_ERRORS = frozenset({"not_in_channel", "channel_not_found", "is_archived", "restricted_action"})
+DEFAULT_API_URL = "https://slack.com/api/"
+API_TIMEOUT_S = 15
+# A permalink or a status line is worth little next to the answer: never wait out a rate limit for it.
+NICE_TO_HAVE_S = 2.0
+
+
+def web_client(token: str | None, session: aiohttp.ClientSession, api_url: str | None) -> AsyncWebClient:
+    """slack_sdk's async client on one shared session, with its built-in retry handlers."""
+    base_url = api_url or DEFAULT_API_URL
+    return AsyncWebClient(
+        token=token,
+        base_url=base_url if base_url.endswith("/") else base_url + "/",
+        session=session,
+        timeout=API_TIMEOUT_S,
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(max_retry_count=2),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=2),
+            AsyncServerErrorRetryHandler(max_retry_count=1),
+        ],
+    )
+
+
+def slack_error(exc: BaseException) -> str:
+    """Slack's error code (``channel_not_found``), or the exception's type for transport failures."""
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error") or exc.response.status_code)
+    return type(exc).__name__
+
+
+class SlackPoster:
+    """Posts, updates and ephemeral notes in threads; returns None/False instead of raising."""
+
+    def __init__(self, client: AsyncWebClient, bot: BotIdentity) -> None:
+        self.client = client
+        self.bot = bot
+
+    async def post(self, channel: str, thread_ts: str, message: SlackMessage, *, user: str | None = None) -> str | None:
+        """Post in a thread; the new message's ts, or None when Slack refused (already reported)."""
+        try:
+            response = await self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, unfurl_links=False, unfurl_media=False, **message.payload()
+            )
+        except Exception as exc:
+            await self._report("chat.postMessage", exc, channel, user)
+            return None
+        return str(response["ts"])
+
+    async def post_all(
+        self, channel: str, thread_ts: str, messages: Sequence[SlackMessage], *, user: str | None = None
+    ) -> list[str]:
+        """Post a split answer in order; stop at the first failure so parts never arrive out of order."""
+        posted: list[str] = []
+        for message in messages:
+            ts = await self.post(channel, thread_ts, message, user=user)
+            if ts is None:
+                break
+            posted.append(ts)
+        return posted
+
+    async def update(self, channel: str, ts: str, message: SlackMessage) -> bool:
+        """Replace a message in place (the card after a decision)."""
+        try:
+            await self.client.chat_update(channel=channel, ts=ts, **message.payload())
+        except Exception as exc:
+            await self._report("chat.update", exc, channel, None)
+            return False
+        return True
+
+    async def ephemeral(self, channel: str, user: str, thread_ts: str | None, text: str) -> bool:
+        """A note only ``user`` sees, in the thread they clicked in."""
+        extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
+        try:
+            await self.client.chat_postEphemeral(channel=channel, user=user, text=text, **extra)
+        except Exception as exc:
+            await self._report("chat.postEphemeral", exc, channel, user)
+            return False
+        return True
+
+    async def permalink(self, channel: str, ts: str) -> str | None:
+        """A link back to the message for the helpdesk; None if Slack cannot give one."""
+        try:
+            response = await asyncio.wait_for(
+                self.client.chat_getPermalink(channel=channel, message_ts=ts), NICE_TO_HAVE_S
+            )
+        except Exception as exc:
+            log.info("chat.getPermalink failed for %s/%s: %s", channel, ts, slack_error(exc))
+            return None
+        return str(response.get("permalink") or "") or None
+
+    async def set_status(self, channel: str, thread_ts: str, status: str) -> bool:
+        """The assistant thread's "is thinking…" line; only AI-app threads have one, so failure is quiet."""
+        try:
+            call = self.client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts, status=status)
+            await asyncio.wait_for(call, NICE_TO_HAVE_S)
+        except Exception as exc:
+            log.debug("assistant.threads.setStatus failed for %s/%s: %s", channel, thread_ts, slack_error(exc))
+            return False
+        return True
+
+    async def suggest_prompts(self, channel: str, thread_ts: str, prompts: Sequence[dict[str, str]]) -> bool:
+        try:
+            await self.client.assistant_threads_setSuggestedPrompts(
+                channel_id=channel, thread_ts=thread_ts, prompts=list(prompts)
+            )
+        except Exception as exc:
+            log.warning("assistant.threads.setSuggestedPrompts failed for %s: %s", channel, slack_error(exc))
+            return False
+        return True
+
+    async def _report(self, method: str, exc: Exception, channel: str, user: str | None) -> None:
+        error = slack_error(exc)
+        if error in CHANNEL_ERRORS:
+            log.error(
+                "Slack %s failed in channel %s: %s. Invite the bot there (/invite @%s), or check that "
+                "SLACK_BOT_TOKEN belongs to the workspace the events come from (%s).",
+                method,
+                channel,
+                error,
+                self.bot.name or "PolicyPal",
+                self.bot.team_id,
+            )
+            if user:
+                await self._tell_directly(user, channel, error)
+            return
+        log.error(
+            "Slack %s failed in channel %s: %s", method, channel, error, exc_info=not isinstance(exc, SlackApiError)
+        )
+
+    async def _tell_directly(self, user: str, channel: str, error: str) -> None:
+        """When the bot cannot speak in a channel, it says so in the user's DM with the app."""
+        text = (
+            f"I couldn't post my reply in <#{channel}> (Slack said `{error}`). "
+            f"Invite me there with `/invite @{self.bot.name or 'PolicyPal'}`, or ask me here."
+        )
+        try:
+            await self.client.chat_postMessage(channel=user, text=text)
+        except Exception as exc:
+            log.error("could not tell %s about %s in %s either: %s", user, error, channel, slack_error(exc))

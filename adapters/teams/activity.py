@@ -1,0 +1,156 @@
+"""Teams activities as plain protocol JSON -> who, where and what: ``Inbound``, thread, reference, deep link.
+
+Pure functions over the camelCase dicts the Bot Framework protocol defines, so the same code serves
+botbuilder today and the Microsoft 365 Agents SDK tomorrow (both serialize to this JSON).
+
+Where a reply goes: in a channel, the conversation id carries the root of the reply chain as
+``<channel id>;messageid=<root id>``; posting to that id lands in the thread, while a plain
+``replyToId`` can start a new post. Personal and group chats have no threads: the chat is the thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from adapters.teams.dedupe import event_id
+from bot.identity import GroupMap
+from bot.types import Inbound, UserRef
+
+Activity = dict[str, Any]
+
+THREAD_MARKER = ";messageid="
+GUEST_ROLES = frozenset({"guest", "anonymous"})
+_AT_TAG = re.compile(r"</?at>", re.IGNORECASE)
+
+
+def conversation_type(activity: Activity) -> str:
+    """'personal', 'channel' or 'groupChat' (Teams' own words)."""
+    return str((activity.get("conversation") or {}).get("conversationType") or "personal")
+
+
+def channel_and_thread(activity: Activity) -> tuple[str, str]:
+    """(conversation id without the thread marker, thread root id); a chat is its own thread."""
+    raw = str((activity.get("conversation") or {}).get("id") or "")
+    channel, _, root = raw.partition(THREAD_MARKER)
+    if root:
+        return channel, root
+    if conversation_type(activity) == "channel":
+        return channel, str(activity.get("replyToId") or activity.get("id") or channel)
+    return channel, channel
+
+
+def thread_conversation_id(activity: Activity) -> str:
+    """The conversation id to post to so a reply lands in the message's reply chain."""
+    channel, thread = channel_and_thread(activity)
+    return f"{channel}{THREAD_MARKER}{thread}" if conversation_type(activity) == "channel" else channel
+
+
+def tenant_of(activity: Activity) -> str:
+    conversation = activity.get("conversation") or {}
+    tenant = (activity.get("channelData") or {}).get("tenant") or {}
+    return str(conversation.get("tenantId") or tenant.get("id") or "")
+
+
+def tenant_allowed(tenant: str, allowed: frozenset[str]) -> bool:
+    """An empty allow-list serves every tenant; otherwise only the listed ones."""
+    return not allowed or tenant in allowed
+
+
+def parse_tenants(text: str | None) -> frozenset[str]:
+    return frozenset(part.strip() for part in (text or "").split(",") if part.strip())
+
+
+def addressed_to_bot(activity: Activity) -> bool:
+    """Personal chat: every message. Channels and group chats: only messages that @mention the bot."""
+    if conversation_type(activity) == "personal":
+        return True
+    return bool(_bot_mentions(activity))
+
+
+def question_text(activity: Activity) -> str:
+    """The message text without the bot's @mention (and with Teams' <at> tags gone)."""
+    text = str(activity.get("text") or "")
+    for mention in _bot_mentions(activity):
+        if mention_text := mention.get("text"):
+            text = text.replace(mention_text, " ")
+    return " ".join(_AT_TAG.sub("", text).split())
+
+
+def user_of(activity: Activity, groups: GroupMap, member: dict[str, Any] | None = None) -> UserRef:
+    """The sender: AAD object id, name, groups; ``member`` (the roster entry, when fetched) adds email and role."""
+    sender = activity.get("from") or {}
+    profile = {**sender, **(member or {})}
+    user_id = str(profile.get("aadObjectId") or profile.get("id") or "")
+    email = profile.get("email") or profile.get("userPrincipalName")
+    return UserRef(
+        id=user_id,
+        name=str(profile.get("name") or ""),
+        email=str(email) if email else None,
+        groups=groups.groups_for(user_id, str(email or ""), str(sender.get("id") or "")),
+        is_guest=str(profile.get("userRole") or "").lower() in GUEST_ROLES,
+    )
+
+
+def to_inbound(activity: Activity, user: UserRef) -> Inbound:
+    channel, thread = channel_and_thread(activity)
+    return Inbound(
+        platform="teams",
+        tenant=tenant_of(activity),
+        channel=channel,
+        thread=thread,
+        user=user,
+        text=question_text(activity),
+        event_id=event_id(activity),  # activity ids repeat across conversations
+        link=deep_link(activity),
+        address=reference_of(activity),  # so the thread can be told things later (crash recovery)
+    )
+
+
+def conversation_key(activity: Activity, user: UserRef) -> str:
+    """The key ``handle_message`` used for this activity's thread, for clicks that refer back to it."""
+    return to_inbound(activity, user).conversation_key
+
+
+def reference_of(activity: Activity) -> dict[str, Any]:
+    """A conversation reference (protocol JSON) aimed at the activity's reply chain; stored for later replies."""
+    conversation = dict(activity.get("conversation") or {})
+    conversation["id"] = thread_conversation_id(activity)
+    return {
+        "activityId": activity.get("id"),
+        "user": activity.get("from"),
+        "bot": activity.get("recipient"),
+        "conversation": conversation,
+        "channelId": activity.get("channelId", "msteams"),
+        "serviceUrl": activity.get("serviceUrl"),
+        "locale": activity.get("locale"),
+    }
+
+
+def deep_link(activity: Activity) -> str | None:
+    """A link that opens the message in Teams (https://teams.microsoft.com/l/message/...)."""
+    message_id = activity.get("id")
+    channel, thread = channel_and_thread(activity)
+    if not message_id or not channel:
+        return None
+    params: dict[str, str] = {}
+    if conversation_type(activity) == "channel":
+        team = (activity.get("channelData") or {}).get("team") or {}
+        params = {"tenantId": tenant_of(activity), "parentMessageId": thread}
+        if team.get("aadGroupId"):
+            params["groupId"] = team["aadGroupId"]
+    else:
+        params = {"context": json.dumps({"contextType": "chat"}, separators=(",", ":"))}
+    base = f"https://teams.microsoft.com/l/message/{quote(channel, safe='')}/{quote(str(message_id), safe='')}"
+    return f"{base}?{urlencode(params)}"
+
+
+def _bot_mentions(activity: Activity) -> list[dict[str, Any]]:
+    bot_id = (activity.get("recipient") or {}).get("id")
+    return [
+        entity
+        for entity in activity.get("entities") or []
+        if entity.get("type") == "mention" and (entity.get("mentioned") or {}).get("id") == bot_id
+    ]

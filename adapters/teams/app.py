@@ -1,0 +1,328 @@
+"""Microsoft Teams on botbuilder: a CloudAdapter at /api/messages in the shared aiohttp app.
+
+This is the only module that imports the Bot Framework SDK. It authenticates each request
+(``CloudAdapter`` + ``ConfigurationBotFrameworkAuthentication``), hands the activity to
+``adapters.teams_bot.TeamsBot`` as the protocol JSON it arrived as, and gives that bot a
+``BotFrameworkConnector`` to post, update and look up members through. Moving to the Microsoft 365
+Agents SDK (botbuilder-python is archived) means rewriting this file only.
+
+Authentication modes, chosen from settings at start:
+
+* ``MicrosoftAppId`` + ``MicrosoftAppPassword`` (or a managed identity): every request needs a valid
+  Bot Framework token; one without gets 401 and starts nothing.
+* Neither, with ``POLICYPAL_TEAMS_ALLOW_UNAUTHENTICATED=1``: no token checks, for the Bot Framework
+  Emulator and tests. Logged loudly at start.
+* Neither: /api/messages answers 401 to everything.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import jwt
+from aiohttp import web
+from botbuilder.core import CloudAdapterBase, InvokeResponse, TurnContext
+from botbuilder.core.teams import TeamsActivityHandler
+from botbuilder.integration.aiohttp import CloudAdapter, ConfigurationBotFrameworkAuthentication
+from botbuilder.schema import Activity, AdaptiveCardInvokeResponse, ChannelAccount, ConversationReference
+from botframework.connector.aio import ConnectorClient
+from urllib3 import Retry
+
+from adapters.app_keys import SERVICE
+from adapters.teams.activity import parse_tenants
+from adapters.teams.handler import TeamsBot, TeamsOptions
+from adapters.teams.retry import RetryPolicy, with_retries
+from bot.config import ConfigError, Settings
+from bot.identity import GroupMap
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+AuthMode = Literal["credentials", "unauthenticated", "off"]
+ROUTE = "/api/messages"
+CARD_ACTION = "adaptiveCard/action"
+
+# The activity exactly as posted: the SDK's model objects drop fields Teams sends (mention text,
+# conversation.tenantId), and the bot works on protocol JSON anyway.
+_RAW_ACTIVITY: contextvars.ContextVar[Json | None] = contextvars.ContextVar("teams_raw_activity", default=None)
+
+
+APP_TYPES = {name.lower(): name for name in ("MultiTenant", "SingleTenant", "UserAssignedMSI")}
+
+
+def auth_mode(settings: Settings) -> AuthMode:
+    """Which of the three modes the settings ask for; a half-set credential pair is a config error."""
+    app_id = settings.microsoft_app_id
+    password = settings.microsoft_app_password.get_secret_value() if settings.microsoft_app_password else ""
+    app_type = (settings.microsoft_app_type or "MultiTenant").lower()
+    if app_type not in APP_TYPES:
+        raise ConfigError(f"Teams: MicrosoftAppType must be one of {', '.join(APP_TYPES.values())}, "
+                          f"not {settings.microsoft_app_type!r}.")
+    managed = app_type == "userassignedmsi"
+    if app_id and app_type != "multitenant" and not settings.microsoft_app_tenant_id:
+        raise ConfigError(f"Teams: MicrosoftAppType {APP_TYPES[app_type]} needs MicrosoftAppTenantId "
+                          "(the Entra tenant the bot is registered in).")
+    if app_id and (password or managed):
+        return "credentials"
+    if app_id or password:
+        raise ConfigError("Teams: set both MicrosoftAppId and MicrosoftAppPassword (or neither).")
+    return "unauthenticated" if settings.teams_allow_unauthenticated else "off"
+
+
+def add_teams_routes(app: web.Application, settings: Settings) -> None:
+    """Mount /api/messages; without credentials it refuses everything unless explicitly unauthenticated."""
+    mode = auth_mode(settings)
+    if mode == "off":
+        log.warning(
+            "Teams off: MicrosoftAppId/MicrosoftAppPassword are not set, so %s refuses every request "
+            "(POLICYPAL_TEAMS_ALLOW_UNAUTHENTICATED=1 serves the Bot Framework Emulator)",
+            ROUTE,
+        )
+        app.router.add_post(ROUTE, _refuse)
+        return
+    if mode == "unauthenticated":
+        log.error(
+            "TEAMS AUTHENTICATION IS OFF: %s accepts activities from anyone without a Bot Framework token. "
+            "Use this only with the Bot Framework Emulator or in tests; never expose it.",
+            ROUTE,
+        )
+    teams = TeamsEndpoint(settings)
+    app[TEAMS] = teams
+    app.cleanup_ctx.append(teams.context)
+    app.router.add_post(ROUTE, teams.messages)
+    log.info("Teams on at %s (%s)", ROUTE, mode)
+
+
+async def _refuse(request: web.Request) -> web.Response:
+    return web.json_response({"error": "Teams is not configured on this server"}, status=401)
+
+
+class TeamsEndpoint:
+    """The aiohttp handler and the SDK objects behind it; the bot is built once the service is open."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.mode = auth_mode(settings)
+        self.adapter = build_adapter(settings)
+        self.connector = BotFrameworkConnector(self.adapter, settings.microsoft_app_id)
+        self.handler: _Handler | None = None
+
+    async def context(self, app: web.Application) -> AsyncIterator[None]:
+        """Runs after the service context (appended later), so the service is open; drains work at stop."""
+        bot = TeamsBot(app[SERVICE], self.connector, options_from(self.settings))
+        self.handler = _Handler(bot)
+        yield
+        await bot.drain()
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        if self.handler is None:
+            return web.json_response({"error": "starting"}, status=503)
+        if self.mode == "credentials" and not _looks_like_bearer_jwt(request.headers.get("Authorization", "")):
+            # Refused before the SDK, which would fetch Microsoft's signing keys for any token at all.
+            return web.json_response({"error": "a Bot Framework token is required"}, status=401)
+        raw = await _json_body(request)
+        if raw is None:  # the SDK would answer a missing, unreadable or non-object body with a 500
+            return web.json_response({"error": "the body must be a JSON activity"}, status=400)
+        token = _RAW_ACTIVITY.set(raw)
+        try:
+            response = await self.adapter.process(request, self.handler)
+        except InvalidToken as exc:
+            log.warning("teams: refused an activity with an invalid Bot Framework token: %s", exc)
+            return web.json_response({"error": "invalid Bot Framework token"}, status=401)
+        finally:
+            _RAW_ACTIVITY.reset(token)
+        return response or web.Response(status=HTTPStatus.OK)
+
+
+TEAMS: web.AppKey[TeamsEndpoint] = web.AppKey("teams", TeamsEndpoint)
+
+
+def options_from(settings: Settings) -> TeamsOptions:
+    return TeamsOptions(
+        allowed_tenants=parse_tenants(settings.teams_allowed_tenants),
+        groups=GroupMap.from_json(settings.user_groups),
+    )
+
+
+def build_adapter(settings: Settings) -> CloudAdapter:
+    """A CloudAdapter with the app's credentials (empty ones: authentication disabled)."""
+    password = settings.microsoft_app_password.get_secret_value() if settings.microsoft_app_password else ""
+    config = SimpleNamespace(
+        APP_ID=settings.microsoft_app_id or "",
+        APP_PASSWORD=password,
+        APP_TYPE=settings.microsoft_app_type or "MultiTenant",
+        APP_TENANTID=settings.microsoft_app_tenant_id or "",
+    )
+    adapter = CloudAdapter(_Authentication(config))
+    adapter.on_turn_error = _on_turn_error
+    return adapter
+
+
+class InvalidToken(Exception):
+    """A Bot Framework token that failed validation: expired, badly signed, or naming an unknown key."""
+
+
+class _Authentication(ConfigurationBotFrameworkAuthentication):
+    """The SDK's request authentication, with its token-validation failures made one recognisable error.
+
+    botframework lets PyJWT's errors through, and an IndexError / KeyError for a token whose ``kid``
+    is unknown or missing; unconverted, aiohttp answers them with a 500 and a traceback.
+    """
+
+    async def authenticate_request(self, activity: Activity, auth_header: str) -> Any:
+        try:
+            return await super().authenticate_request(activity, auth_header)
+        except (jwt.PyJWTError, IndexError, KeyError) as exc:
+            raise InvalidToken(f"{type(exc).__name__}: {exc}") from exc
+
+
+async def _on_turn_error(turn_context: TurnContext, error: Exception) -> None:
+    # The bot answers invokes and acknowledges messages itself; an error here is a bug: log it, and
+    # tell the user rather than leave them with silence.
+    log.error("teams: unhandled error in turn %s", turn_context.activity.id, exc_info=error)
+    if turn_context.activity.type == "message":
+        await turn_context.send_activity("Sorry, something went wrong on my side. Please try again.")
+
+
+def _looks_like_bearer_jwt(header: str) -> bool:
+    scheme, _, token = header.partition(" ")
+    return scheme == "Bearer" and token.count(".") == 2 and all(token.split("."))
+
+
+async def _json_body(request: web.Request) -> Json | None:
+    if "application/json" not in request.headers.get("Content-Type", ""):
+        return None
+    try:
+        body = await request.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+class _Handler(TeamsActivityHandler):
+    """Routes messages, card clicks and its own install to the bot; the stock handler does the rest."""
+
+    def __init__(self, bot: TeamsBot) -> None:
+        self.bot = bot
+
+    async def on_message_activity(self, turn_context: TurnContext) -> None:
+        self.bot.on_message(_activity_json(turn_context))
+
+    async def on_members_added_activity(self, members_added: list[ChannelAccount], turn_context: TurnContext) -> None:
+        self.bot.on_members_added(_activity_json(turn_context))
+
+    async def on_invoke_activity(self, turn_context: TurnContext) -> InvokeResponse | None:
+        if turn_context.activity.name != CARD_ACTION:
+            return await super().on_invoke_activity(turn_context)
+        body = await self.bot.on_card_action(_activity_json(turn_context))
+        # Model objects, not dicts: CloudAdapter serializes the body again (NOTES: botbuilder 4.17.1).
+        model = AdaptiveCardInvokeResponse(status_code=body["statusCode"], type=body["type"], value=body["value"])
+        return InvokeResponse(status=HTTPStatus.OK, body=model)
+
+
+def _activity_json(turn_context: TurnContext) -> Json:
+    raw = _RAW_ACTIVITY.get()
+    if raw is not None and raw.get("id") == turn_context.activity.id:
+        return raw
+    return turn_context.activity.serialize()
+
+
+@dataclass
+class BotFrameworkConnector:
+    """Outbound calls (post, update, member lookup) to a stored reference's conversation, as proactive turns."""
+
+    adapter: CloudAdapter
+    app_id: str | None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    async def send(self, reference: Json, activity: Json) -> str:
+        """Post, retrying throttling and overload; a typing indicator gets one try (late, it is useless)."""
+
+        async def post(client: ConnectorClient, outgoing: Activity) -> str:
+            sent = await client.conversations.send_to_conversation(outgoing.conversation.id, outgoing)
+            return str(getattr(sent, "id", "") or "")
+
+        if activity.get("type") == "typing":
+            return await self._call(reference, activity, post)
+        return await self._retried(f"posting to {_conversation_id(reference)}", reference, activity, post)
+
+    async def update(self, reference: Json, activity_id: str, activity: Json) -> None:
+        """Replace a posted activity, retrying throttling and overload."""
+
+        async def put(client: ConnectorClient, outgoing: Activity) -> None:
+            outgoing.id = activity_id
+            await client.conversations.update_activity(outgoing.conversation.id, activity_id, outgoing)
+
+        what = f"updating {activity_id} in {_conversation_id(reference)}"
+        await self._retried(what, reference, activity, put)
+
+    async def member(self, reference: Json, user_id: str) -> Json | None:
+        async def lookup(client: ConnectorClient, outgoing: Activity) -> Json:
+            found = await client.conversations.get_conversation_member(outgoing.conversation.id, user_id)
+            return dict(found.serialize(), **(found.additional_properties or {}))
+
+        return await self._call(reference, {"type": "message"}, lookup)
+
+    async def _retried(
+        self, what: str, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]
+    ) -> Any:
+        async def once(client: ConnectorClient, outgoing: Activity) -> Any:
+            _without_sdk_retries(client)
+            return await work(client, outgoing)
+
+        return await with_retries(lambda: self._call(reference, activity, once), self.retry, what)
+
+    async def _call(
+        self, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]
+    ) -> Any:
+        """Run ``work`` with a connector client for the reference's service URL and bot identity.
+
+        The activity goes straight to the conversation in the reference (which carries the
+        ``;messageid=`` of the thread), not through ``TurnContext.send_activity``, which would aim it
+        at the continuation activity's made-up id.
+        """
+        ref = ConversationReference().deserialize(reference)
+        outgoing = TurnContext.apply_conversation_reference(Activity().deserialize(activity), ref)
+        outgoing.reply_to_id = None
+        result: list[Any] = []
+        failed: list[Exception] = []
+
+        async def callback(turn_context: TurnContext) -> None:
+            client = turn_context.turn_state[CloudAdapterBase.BOT_CONNECTOR_CLIENT_KEY]
+            try:
+                result.append(await work(client, outgoing))
+            except Exception as exc:  # the adapter would hand it to on_turn_error and return normally
+                failed.append(exc)
+
+        await self.adapter.continue_conversation(ref, callback, bot_app_id=self.app_id or None)
+        if failed:
+            raise failed[0]
+        return result[0] if result else None
+
+
+def _without_sdk_retries(client: ConnectorClient) -> None:
+    """Leave retrying to our policy: msrest's urllib3 retries PUTs itself and sleeps any Retry-After, uncapped."""
+
+    def configure(session: Any, global_config: Any, local_config: Any, **kwargs: Any) -> Json:
+        for adapter in session.adapters.values():  # msrest's documented per-request session hook
+            adapter.max_retries = Retry(total=0, status_forcelist=(), raise_on_status=False)
+        return kwargs
+
+    client.config.session_configuration_callback = configure
+
+
+def _conversation_id(reference: Json) -> str:
+    return str((reference.get("conversation") or {}).get("id") or "?")
+
+
+def connector_for(settings: Settings) -> BotFrameworkConnector:
+    """A connector with the adapter's credentials, for senders outside a conversation (helpdesk posts)."""
+    if auth_mode(settings) == "off":
+        raise ConfigError("Teams: MicrosoftAppId/MicrosoftAppPassword are needed to post to a Teams channel.")
+    return BotFrameworkConnector(build_adapter(settings), settings.microsoft_app_id)

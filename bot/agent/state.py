@@ -1,0 +1,93 @@
+"""Mutable state of one run, and its versioned JSON form (saved with a pending action)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bot.agent.budget import Spent
+from bot.types import Citation, Message, UserRef
+
+STATE_VERSION = 1
+
+
+class StateVersionError(Exception):
+    """Saved run state written by a release this one cannot read."""
+
+
+@dataclass
+class PendingTurn:
+    """The turn a confirmation interrupted: results of its other calls, waiting for the decided one."""
+
+    call_id: str
+    results: dict[str, str]  # call id -> tool message content, for every other call in the turn
+
+
+@dataclass
+class RunState:
+    run_id: str
+    user: UserRef
+    conversation_key: str
+    messages: list[Message]
+    question_index: int  # the user message this run answers: pinned through compaction
+    spent: Spent = field(default_factory=Spent)
+    seen_calls: set[str] = field(default_factory=set)
+    searches: int = 0
+    repeat_turns: int = 0
+    sources: dict[str, Citation] = field(default_factory=dict)  # cite -> where it came from
+    pending_turn: PendingTurn | None = None
+
+    @property
+    def question(self) -> str:
+        return str(self.messages[self.question_index].get("content") or "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "run_id": self.run_id,
+            "user": asdict(self.user),
+            "conversation_key": self.conversation_key,
+            "messages": self.messages,
+            "question_index": self.question_index,
+            "spent": asdict(self.spent),
+            "seen_calls": sorted(self.seen_calls),
+            "searches": self.searches,
+            "repeat_turns": self.repeat_turns,
+            "sources": {cite: asdict(c) for cite, c in self.sources.items()},
+            "pending_turn": asdict(self.pending_turn) if self.pending_turn else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        version = data.get("version")
+        if version != STATE_VERSION:
+            raise StateVersionError(
+                f"Saved run state has version {version!r}; this release reads version {STATE_VERSION}. "
+                "The pending action cannot be resumed: ask the question again."
+            )
+        user = dict(data["user"])
+        user["groups"] = tuple(user.get("groups", ()))
+        pending = data.get("pending_turn")
+        return cls(
+            run_id=data["run_id"],
+            user=UserRef(**user),
+            conversation_key=data["conversation_key"],
+            messages=list(data["messages"]),
+            question_index=data["question_index"],
+            spent=Spent(**data["spent"]),
+            seen_calls=set(data["seen_calls"]),
+            searches=data["searches"],
+            repeat_turns=data["repeat_turns"],
+            sources={cite: Citation(**c) for cite, c in data["sources"].items()},
+            pending_turn=PendingTurn(**pending) if pending else None,
+        )
+
+    def resume_with(self, call_id: str, content: str) -> None:
+        """Give the decided call its result and append the whole turn's results in call order."""
+        if self.pending_turn is None or self.pending_turn.call_id != call_id:
+            raise ValueError(f"run {self.run_id} is not waiting for call {call_id}")
+        results = {**self.pending_turn.results, call_id: content}
+        calls = self.messages[-1].get("tool_calls") or []
+        for call in calls:
+            self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": results[call["id"]]})
+        self.pending_turn = None

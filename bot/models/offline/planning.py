@@ -1,0 +1,173 @@
+"""Understanding a new question for the offline model: small talk, the parts to search, or an IT problem to ticket."""
+
+from __future__ import annotations
+
+import re
+
+from bot.models.offline.text import content_words, shorten, unique
+
+MAX_PARTS = 3
+MAX_QUERY = 300  # the search tool's schema limits
+MAX_DETAILS = 2000  # and the ticket tool's
+
+_WH = r"(?:what|when|where|which|who|whom|whose|why|how)"
+_AUX = r"(?:am|is|are|was|were|do|does|did|can|could|will|would|shall|should|may|might|must|have|has)"
+_SUBJECT = (
+    r"(?:i|we|you|they|he|she|it|there|my|our|your|the|a|an|this|that|these|those|employees?|staff"
+    r"|contractors?|managers?|someone|anyone|people)"
+)
+_QUESTION_START = re.compile(rf"^(?:{_WH}\b|{_AUX}\s+{_SUBJECT}\b)", re.I)
+_AND_QUESTION = re.compile(rf",?\s+and\s+(?={_WH}\b|{_AUX}\s+{_SUBJECT}\b)", re.I)
+_SEPARATORS = re.compile(r";\s+|\s+and also\s+|(?<=[.!?])\s+also\b,?\s*|,\s+also,\s+", re.I)
+_GREETING = re.compile(r"^(?:hi|hello|hey|hiya|good (?:morning|afternoon|evening))\b(?:\s+\w+)?\s*[,.!:]+\s*", re.I)
+_THANKS_TAIL = re.compile(r"[\s,.!]*\b(?:thanks|thank you|thx|cheers)\b[\s.!]*$", re.I)
+_SMALL_TALK = re.compile(
+    r"^(?:hi|hello|hey|thanks|thank you|thx|cheers|ok|okay|great|cool|bye|good (?:morning|afternoon|evening))"
+    r"(?:\s+\w+)?[\s.!]*$",
+    re.I,
+)
+_MENTION = re.compile(r"<[@#!][^>]*>")
+_LEADING_CONNECTOR = re.compile(r"^(?:and|also|so|plus|then)\b[,\s]*", re.I)
+
+_TICKET_REQUEST = re.compile(
+    r"\b(?:raise|open|create|log|file|submit|make|lodge)\s+(?:me\s+)?(?:an?\s+|the\s+)?"
+    r"(?:it\s+|support\s+|helpdesk\s+|help desk\s+)?(?:ticket|case|incident|support request)\b",
+    re.I,
+)
+_PROBLEM = re.compile(
+    r"not working|n't work|does not work|do not work|stopped working|won't (?:start|boot|turn on|connect|load"
+    r"|open|charge|print)|\bbroken\b|\bbroke\b|\b(?:can't|cant|cannot|unable to) (?:log ?in|sign ?in|connect"
+    r"|access|open|print|get into)|\berror\b|\bcrash|lost my|\bstolen\b|locked out|forgot my password"
+    r"|reset my password|\bhacked\b|phishing|ransomware|\bbreach\b|\bvirus\b|malware|no internet"
+    r"|keeps (?:crashing|disconnecting|freezing|dropping)|\bfrozen\b|need access|(?:don't|do not) have access",
+    re.I,
+)
+_HYPOTHETICAL = re.compile(
+    r"\b(?:what happens if|what should i do if|what do i do if|what to do if|in case|if (?:my|i|a|an|the"
+    r"|someone|your|our|you)|polic(?:y|ies)|allowed|permitted|entitled|rules?)\b",
+    re.I,
+)
+_ASKS_MEANING = re.compile(  # "what does error NG-412 mean?", also as one part of a longer question
+    r"\b(?:what|which)\s+(?:does|do|is|are)\b[^.!?]*?\b(?:mean|means|meaning|stand for|refer to|error|code)\b[^.!]*\?",
+    re.I,
+)
+_CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern, re.I))
+    for name, pattern in (
+        (
+            "security_incident",
+            r"stolen|theft|lost my|phishing|ransomware|malware|virus|hacked|breach"
+            r"|compromised|suspicious|data leak",
+        ),
+        ("network_vpn", r"\bvpn\b|wi-?fi|network|internet|connection|disconnect"),
+        (
+            "accounts_passwords",
+            r"password|locked out|log ?in|sign ?in|\bmfa\b|\b2fa\b|two-factor|authenticator"
+            r"|account",
+        ),
+        ("access", r"\baccess\b|permission|shared drive|folder|repositor"),
+        (
+            "hardware",
+            r"laptop|monitor|keyboard|mouse|printer|screen|battery|dock|charger|headset|webcam|phone"
+            r"|hardware|device",
+        ),
+        (
+            "software",
+            r"software|\bapp\b|application|install|update|outlook|excel|\bword\b|teams|slack|zoom"
+            r"|browser|crash|licen[cs]e",
+        ),
+    )
+)
+_URGENCY: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("critical", re.compile(r"\bbreach|ransomware|data leak|\bhacked\b", re.I)),
+    ("low", re.compile(r"not urgent|no rush|whenever|low priority|when you (?:get|have) a (?:chance|moment)", re.I)),
+    (
+        "high",
+        re.compile(
+            r"urgent|\basap\b|a\.s\.a\.p|immediately|emergency|(?:can't|cannot|unable to) work"
+            r"|\bstolen\b|lost my (?:laptop|phone)|right now",
+            re.I,
+        ),
+    ),
+)
+
+
+def small_talk(cleaned: str) -> str | None:
+    """The reply to a greeting, a thank-you or an empty message; None when the message asks something."""
+    if cleaned and not _SMALL_TALK.match(cleaned):
+        return None
+    if re.match(r"(?:thanks|thank you|thx|cheers)\b", cleaned, re.I):
+        return "You're welcome! Ask me anything else about our policies."
+    return "Hello! Ask me anything about our company policies, or tell me about an IT problem."
+
+
+def clean_question(text: str) -> str:
+    """The question without mentions, greetings and sign-offs, on one line."""
+    text = _MENTION.sub(" ", text.replace("’", "'"))
+    text = " ".join(text.split())
+    text = _GREETING.sub("", text)
+    stripped = _THANKS_TAIL.sub("", text)
+    return (stripped or text).strip()
+
+
+def opens_like_question(text: str) -> bool:
+    """Starts like a question ("What ...", "Can I ..."), so it reads as one even without a "?"."""
+    return bool(_QUESTION_START.match(text))
+
+
+def split_question(text: str) -> list[str]:
+    """Split a multi-part question conservatively: ``?``, ``;``, "and also", "Also," and ``and`` + question."""
+    pieces = [clean_question(text)]
+    for splitter in (_split_question_marks, _SEPARATORS.split, _split_on_and):
+        pieces = [piece for whole in pieces for piece in splitter(whole)]
+    parts = unique(shorten(_tidy(piece), MAX_QUERY) for piece in pieces if content_words(piece))
+    if len(parts) > MAX_PARTS:
+        parts = [*parts[: MAX_PARTS - 1], " ".join(parts[MAX_PARTS - 1 :])]
+    return parts or [text]
+
+
+def _split_question_marks(text: str) -> list[str]:
+    return re.split(r"(?<=\?)\s+", text)
+
+
+def _split_on_and(piece: str) -> list[str]:
+    """Only "X and Y" where both sides open like questions: "What is A and can I B?" but not "A and B"."""
+    if not opens_like_question(_tidy(piece)):
+        return [piece]
+    return _AND_QUESTION.split(piece)
+
+
+def _tidy(piece: str) -> str:
+    piece = _LEADING_CONNECTOR.sub("", piece.strip(" ,;.")).strip()
+    return piece[:1].upper() + piece[1:]
+
+
+def is_problem_report(text: str) -> bool:
+    """A report of something broken, or an explicit ticket request; not "what is the policy if ..."."""
+    text = text.replace("’", "'")
+    if _TICKET_REQUEST.search(text):
+        return True
+    if _ASKS_MEANING.search(text):  # "what does error NG-412 mean?" asks the policy, reports nothing
+        return False
+    return bool(_PROBLEM.search(text)) and not _HYPOTHETICAL.search(text)
+
+
+def ticket_arguments(message: str) -> dict[str, str]:
+    """create_it_ticket arguments inferred from the user's words, every value from the tool's enums."""
+    text = message.replace("’", "'")
+    return {
+        "category": next((name for name, pattern in _CATEGORIES if pattern.search(text)), "other"),
+        "summary": ticket_summary(message),
+        "urgency": next((level for level, pattern in _URGENCY if pattern.search(text)), "normal"),
+        "details": shorten(message, MAX_DETAILS),
+    }
+
+
+def ticket_summary(message: str, limit: int = 120) -> str:
+    """The first clauses that describe the problem, without "please raise a ticket", on one line."""
+    clauses = re.split(r"(?<=[.!?:;])\s+|,\s+", clean_question(message))
+    kept = [clause.strip(" ,;:") for clause in clauses if clause.strip() and not _TICKET_REQUEST.search(clause)]
+    summary = _tidy(", ".join(part for part in kept[:2] if part)).rstrip(".!")
+    if len(summary) < 5:  # the tool's schema asks for at least five characters
+        summary = f"IT support request: {summary}".rstrip(": ")
+    return shorten(summary, limit)

@@ -1,0 +1,201 @@
+"""The database tables: one declarative ``Base`` and the ORM classes of every table PolicyPal keeps.
+
+All models live on one declarative ``Base`` so Alembic can autogenerate migrations from
+``Base.metadata``. Timestamps are timezone-aware UTC in and out (SQLite hands back naive values;
+``UtcDateTime`` normalises them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Float, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from bot.store.columns import UtcDateTime
+from bot.types import Message
+
+
+def _json() -> JSON:
+    # none_as_null: a Python None is SQL NULL, not the JSON text 'null'.
+    return JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class ProcessedEvent(Base):
+    __tablename__ = "processed_events"
+
+    event_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
+class HistoryEntry(Base):
+    """One append to a thread's history (a question and its reply). Rows are only ever inserted, so
+    messages answered at once, by any number of processes, can never overwrite one another."""
+
+    __tablename__ = "history_entries"
+    __table_args__ = (Index(None, "conversation_key", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)  # the order of appends
+    conversation_key: Mapped[str] = mapped_column(String(512))
+    messages: Mapped[list[Message]] = mapped_column(_json())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (Index(None, "status", "owner"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    conversation_key: Mapped[str] = mapped_column(String(512), index=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str] = mapped_column(String(255))
+    question: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(32))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    model: Mapped[str] = mapped_column(String(255))
+    trace: Mapped[list[dict[str, Any]]] = mapped_column(_json())
+    feedback: Mapped[str | None] = mapped_column(String(32))
+    feedback_by: Mapped[str | None] = mapped_column(String(255))
+    owner: Mapped[str] = mapped_column(String(255))
+
+
+class TicketRow(Base):
+    """Tickets of the local backend: the embedded default's ticketing system."""
+
+    __tablename__ = "tickets"
+
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    category: Mapped[str] = mapped_column(String(64))
+    summary: Mapped[str] = mapped_column(String(255))
+    urgency: Mapped[str] = mapped_column(String(16))
+    details: Mapped[str] = mapped_column(Text, default="")
+    requester_id: Mapped[str] = mapped_column(String(255))
+    requester_name: Mapped[str] = mapped_column(String(255), default="")
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class PendingActionRow(Base):
+    __tablename__ = "pending_actions"
+    __table_args__ = (Index(None, "state", "expires_at"), Index(None, "state", "decided_at"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    conversation_key: Mapped[str] = mapped_column(String(512))
+    requester: Mapped[str] = mapped_column(String(255))
+    tool: Mapped[str] = mapped_column(String(128))
+    call_id: Mapped[str] = mapped_column(String(255))
+    arguments: Mapped[dict[str, Any]] = mapped_column(_json())
+    args_hash: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    decider: Mapped[str | None] = mapped_column(String(255))
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    result: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    platform_message: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    run_state: Mapped[dict[str, Any]] = mapped_column(_json())
+
+
+class ThreadPlace(Base):
+    """Where a conversation lives on its platform, kept from its first message for handoffs."""
+
+    __tablename__ = "thread_places"
+
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    tenant: Mapped[str] = mapped_column(String(255), default="")
+    channel: Mapped[str] = mapped_column(String(512))  # Teams conversation ids run long
+    thread: Mapped[str] = mapped_column(String(255))
+    link: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    address: Mapped[dict[str, Any] | None] = mapped_column(_json())  # how to post here unprompted (Teams)
+
+
+class Worker(Base):
+    """A serving process and its last heartbeat: the sweeper takes over runs of processes gone quiet."""
+
+    __tablename__ = "workers"
+
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class RateWindow(Base):
+    """A sliding-window counter (this fixed window and the one before), shared by every replica."""
+
+    __tablename__ = "rate_windows"
+
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    window_index: Mapped[int] = mapped_column(BigInteger, index=True)  # floor(epoch seconds / window length)
+    count: Mapped[int] = mapped_column(Integer)
+    previous: Mapped[int] = mapped_column(Integer)
+
+
+class Handoff(Base):
+    """A helpdesk case: who, where, the question and the redacted transcript. Never updated."""
+
+    __tablename__ = "handoffs"
+
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    origin: Mapped[str] = mapped_column(String(640), unique=True)  # what caused it: one case per cause
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    reason: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str] = mapped_column(String(255))
+    user_name: Mapped[str] = mapped_column(String(255), default="")
+    user_email: Mapped[str | None] = mapped_column(String(255))
+    platform: Mapped[str] = mapped_column(String(32))
+    tenant: Mapped[str] = mapped_column(String(255), default="")
+    channel: Mapped[str] = mapped_column(String(512), default="")
+    thread: Mapped[str] = mapped_column(String(255), default="")
+    link: Mapped[str | None] = mapped_column(Text)
+    conversation_key: Mapped[str] = mapped_column(String(512), index=True)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    question: Mapped[str] = mapped_column(Text)
+    reply_within: Mapped[str] = mapped_column(String(64), default="")
+    transcript: Mapped[dict[str, Any]] = mapped_column(_json())
+
+
+class HandoffDelivery(Base):
+    """The outbox: one row per case and destination, delivered exactly once by whichever worker claims it."""
+
+    __tablename__ = "handoff_deliveries"
+    __table_args__ = (UniqueConstraint("case_number", "destination"), Index(None, "state", "next_attempt_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    case_number: Mapped[int] = mapped_column(Integer, index=True)
+    destination: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    claimed_by: Mapped[str | None] = mapped_column(String(255))
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    external_ref: Mapped[str | None] = mapped_column(Text)  # the destination's id; mid-delivery, its progress
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Random, written with the row and sent on every attempt: case ids repeat across databases
+    # (a restore, staging and prod, a move to PostgreSQL), so a receiver cannot dedupe on them.
+    idempotency_key: Mapped[str] = mapped_column(String(64))

@@ -1,0 +1,319 @@
+"""Load policy files into Documents whose bodies are normalised Markdown.
+
+One bad file never stops a load: it becomes a LoadFailure with a reason and the rest carry on.
+A file whose body repeats an earlier one is skipped and listed in ``LoadReport.duplicates``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from retrieval.ingest.extractors import ExtractError, docx_to_markdown, pdf_to_markdown
+from retrieval.ingest.html import convert_embedded_html, html_to_markdown
+from retrieval.ingest.markdown import normalise_markdown
+from retrieval.ingest.templating import strip_templates
+from retrieval.paths import real_path
+from retrieval.types import Document, LoadFailure, LoadReport
+
+MAX_FILE_BYTES = 50 * 1024 * 1024
+_FORMATS = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
+}
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
+_H1 = re.compile(r"^# (.+)$", re.MULTILINE)
+_FENCED = re.compile(r"^(`{3,})(?!`).*?^\1`*[ \t]*$", re.MULTILINE | re.DOTALL)  # closed by as long a fence
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path  # as the caller named it, joined with the relative path for directory walks
+    doc_id: str  # the default id: relative to the directory given, or the bare file name
+
+
+@dataclass(frozen=True)
+class _Meta:
+    title: str | None = None
+    url: str | None = None
+    section: str | None = None
+    audience: tuple[str, ...] = ()
+    doc_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    text: str  # normalised Markdown
+    meta: _Meta
+    title_hint: str | None = None  # a format's own title (<title>, PDF/DOCX metadata)
+    note: str | None = None
+
+
+def load_documents(paths: Sequence[Path]) -> LoadReport:
+    """Load files and directories (recursively, sorted, hidden entries skipped) into one report."""
+    report = LoadReport()
+    bodies: dict[str, str] = {}  # body key -> doc_id of the first document with that body
+    owners: dict[str, Path] = {}  # doc_id -> path that holds it
+    for given in paths:
+        for candidate in _candidates(Path(given), report):
+            _load_one(candidate, report, bodies, owners)
+    return report
+
+
+def _candidates(given: Path, report: LoadReport) -> Iterator[_Candidate]:
+    if given.is_dir():
+        yield from _walk(given, report)
+    elif not given.exists():
+        report.failures.append(LoadFailure(given, "no such file or directory"))
+    elif not given.is_file():
+        report.failures.append(LoadFailure(given, "not a regular file"))
+    elif given.suffix.lower() not in _FORMATS:
+        supported = " ".join(sorted(_FORMATS))
+        report.failures.append(LoadFailure(given, f"unsupported file type {given.suffix!r} ({supported})"))
+    else:
+        yield _Candidate(given, given.name)
+
+
+def _walk(root: Path, report: LoadReport) -> Iterator[_Candidate]:
+    """Supported files under ``root`` in sorted relative-path order; other files are not policies.
+
+    Symlinked directories are not followed (a link can loop, or pull in half the disk); each is noted.
+    """
+    found: list[str] = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = [name for name in subdirs if not name.startswith(".")]
+        for name in subdirs:
+            if os.path.islink(os.path.join(directory, name)):
+                report.notes.append((Path(directory) / name, "skipped: a symlinked directory (links are not followed)"))
+        base = Path(directory).relative_to(root)
+        found += [(base / name).as_posix() for name in files if _wanted(name)]
+    for relative in sorted(found):
+        yield _Candidate(root / relative, relative)
+
+
+def _wanted(name: str) -> bool:
+    return not name.startswith(".") and Path(name).suffix.lower() in _FORMATS
+
+
+def _load_one(candidate: _Candidate, report: LoadReport, bodies: dict[str, str], owners: dict[str, Path]) -> None:
+    try:
+        parsed = _parse(candidate.path)
+        document = _document(candidate, parsed)
+    except NoBodyText as exc:
+        report.notes.append((candidate.path, str(exc)))
+        return
+    except ExtractError as exc:
+        report.failures.append(LoadFailure(candidate.path, str(exc)))
+        return
+    key = _duplicate_key(document)
+    if key in bodies:
+        report.duplicates.append((candidate.path, bodies[key]))
+        return
+    if document.doc_id in owners:
+        owner = owners[document.doc_id]
+        reason = f"document id {document.doc_id!r} is already used by {owner}; set `id` in its front matter"
+        report.failures.append(LoadFailure(candidate.path, reason))
+        return
+    bodies[key], owners[document.doc_id] = document.doc_id, candidate.path
+    report.documents.append(document)
+    if parsed.note:
+        report.notes.append((candidate.path, parsed.note))
+
+
+def _parse(path: Path) -> _Parsed:
+    data = _read(path)
+    kind = _FORMATS[path.suffix.lower()]
+    if kind in ("pdf", "docx"):
+        extracted = pdf_to_markdown(data) if kind == "pdf" else docx_to_markdown(data)
+        return _Parsed(normalise_markdown(extracted.markdown), _Meta(), extracted.title)
+    text, note = _decode(data)
+    meta, body = _front_matter(text)  # site generators give .html pages front matter too (audience!)
+    if kind == "html":
+        markdown, title = html_to_markdown(body)
+        return _Parsed(normalise_markdown(markdown), meta, title, note)
+    if kind == "markdown":
+        body = convert_embedded_html(strip_templates(body))
+    return _Parsed(normalise_markdown(body), meta, None, note)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ExtractError(f"file too large ({size // 2**20} MB; the limit is {MAX_FILE_BYTES // 2**20} MB)")
+        return path.read_bytes()
+    except OSError as exc:
+        raise ExtractError(f"cannot read file: {exc.strerror or exc}") from exc
+
+
+def _decode(data: bytes) -> tuple[str, str | None]:
+    """Text with ``\n`` line ends, whatever the file used (Windows ``\r\n`` front matter is still front matter)."""
+    text, note = _decode_bytes(data)
+    return text.replace("\r\n", "\n").replace("\r", "\n"), note
+
+
+def _decode_bytes(data: bytes) -> tuple[str, str | None]:
+    """UTF-8 (a BOM is fine); else UTF-32 or UTF-16 with a BOM; else Windows-1252, with a note saying so."""
+    if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):  # before UTF-16: its BOM starts the same
+        return data.decode("utf-32"), "decoded as UTF-32"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16"), "decoded as UTF-16"
+    if b"\x00" in data:
+        raise ExtractError("binary content in a text file")
+    try:
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError:
+        pass
+    try:
+        return data.decode("cp1252"), "not valid UTF-8; decoded as Windows-1252"
+    except UnicodeDecodeError as exc:
+        raise ExtractError(f"undecodable text: neither UTF-8 nor Windows-1252 (byte {exc.start})") from exc
+
+
+def _front_matter(text: str) -> tuple[_Meta, str]:
+    """Split YAML front matter from the body; a broken block is the file's failure, not the run's."""
+    if not re.match(r"---[ \t]*\n", text):
+        return _Meta(), text
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        raise ExtractError("front matter opened with --- is never closed")
+    try:
+        data = _yaml_mapping(match.group(1))
+    except yaml.YAMLError as exc:
+        raise ExtractError(f"malformed front matter: {' '.join(str(exc).split())}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ExtractError("malformed front matter: expected key: value pairs")
+    return _meta(data), text[match.end() :]
+
+
+def _yaml_mapping(text: str) -> object:
+    """``yaml.safe_load``, refusing a top-level key set twice: PyYAML keeps the last one silently."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if isinstance(node, yaml.MappingNode):
+            names = [key.value.strip().lower() for key, _ in node.value if isinstance(key, yaml.ScalarNode)]
+            if repeated := next((name for name in names if names.count(name) > 1), None):
+                raise ExtractError(f"front matter sets `{repeated}` twice")
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+def _meta(raw: dict[object, object]) -> _Meta:
+    data = _keys_folded(raw)
+    return _Meta(
+        title=_text_field(data, "title"),
+        url=_text_field(data, "url"),
+        section=_text_field(data, "section"),
+        audience=_audience(data.get("audience")),
+        doc_id=_text_field(data, "id"),
+    )
+
+
+def _keys_folded(data: dict[object, object]) -> dict[object, object]:
+    """Keys in lower case, so ``Audience: hr`` restricts the document as ``audience: hr`` does.
+
+    Read as an unknown key, a capitalised or misspelt audience would publish a restricted document to
+    everyone: a key that looks like one but is not (``audiences``) fails the file instead, by name.
+    """
+    folded: dict[object, object] = {}
+    for key, value in data.items():
+        name = key.strip().lower() if isinstance(key, str) else key
+        if name in folded:
+            raise ExtractError(f"front matter sets `{name}` twice")
+        if isinstance(name, str) and name != "audience" and _looks_like_audience(name):
+            raise ExtractError(f"front matter key `{key}` is not `audience`: fix it, or the groups are not applied")
+        folded[name] = value
+    return folded
+
+
+def _looks_like_audience(name: str) -> bool:
+    """``audiences``, ``target_audience``, and misspellings (``audiance``, ``audeince``), not ``cadence``."""
+    return "audien" in name or difflib.SequenceMatcher(None, name, "audience").ratio() >= 0.85
+
+
+def _text_field(data: dict[object, object], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float | dt.date):
+        raise ExtractError(f"front matter `{key}` must be text, not {type(value).__name__}")
+    return str(value).strip() or None
+
+
+def _audience(value: object) -> tuple[str, ...]:
+    """A list or a comma-separated string of group names."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str | int) for item in value):
+        raise ExtractError("front matter `audience` must be a list or a comma-separated string")
+    return tuple(dict.fromkeys(str(item).strip() for item in value if str(item).strip()))
+
+
+def _document(candidate: _Candidate, parsed: _Parsed) -> Document:
+    _require_body(parsed.text)
+    meta = parsed.meta
+    title = meta.title or _first_h1(parsed.text) or parsed.title_hint or _pretty_stem(candidate.path)
+    file = real_path(candidate.path)
+    # The file's real path, not the path as typed: `index docs` and `index /abs/docs` are the same run.
+    fields = [parsed.text, title, meta.url or file, meta.section, list(meta.audience)]
+    digest = hashlib.sha256(json.dumps(fields, ensure_ascii=False).encode()).hexdigest()
+    return Document(
+        meta.doc_id or candidate.doc_id, title, meta.url or str(candidate.path), parsed.text, digest,
+        meta.section, meta.audience, file,
+    )
+
+
+class NoBodyText(ExtractError):
+    """A page that is only a title (a stub): nothing to index, worth a note but not a failure."""
+
+
+def _require_body(text: str) -> None:
+    if not text.strip():
+        raise ExtractError("no text after conversion")
+    if all(line.startswith("#") or not line.strip() for line in text.splitlines()):
+        raise NoBodyText("skipped: only headings, no body text")
+
+
+def _first_h1(text: str) -> str | None:
+    match = _H1.search(_FENCED.sub("", text))  # a "# comment" in a code block is not a title
+    return match.group(1).strip() if match else None
+
+
+def _pretty_stem(path: Path) -> str:
+    """``remote-work_policy.md`` -> "Remote work policy"; an index page takes its folder's name."""
+    stem = path.stem
+    if stem.lower() in ("index", "readme") and path.parent.name:
+        stem = path.parent.name
+    words = re.sub(r"[-_]+", " ", stem).strip()
+    return words[:1].upper() + words[1:] if words else path.name
+
+
+def _duplicate_key(document: Document) -> str:
+    """The body without its title line, whitespace and case folded, plus who may see it.
+
+    Section and audience are part of the key: the same text published for two audiences is two
+    documents, and skipping one would change who can find it.
+    """
+    body = " ".join(re.sub(r"\A# .*\n*", "", document.text).split()).casefold()
+    scope = [document.section, list(document.audience)]
+    return hashlib.sha256(json.dumps([body, scope]).encode()).hexdigest()

@@ -1,0 +1,239 @@
+"""`policypal index` while `policypal serve` holds the embedded index: it goes through the server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import stat
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from adapters.cli.index import run_index
+from adapters.cli.main import _index
+from adapters.server.app import build_app
+from adapters.server.index_socket import ROUTE, forward_index, socket_path
+from bot.config import Settings
+from bot.service import PolicyPal
+from bot.wiring import open_service
+from tests.bot.helpers import settings_for
+from tests.fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.asyncio
+
+LEAVE = "# Leave\n\n## Carrying over\n\nYou may carry over up to five unused days into the next year.\n"
+BIKES = "# Cycle to work\n\n## The scheme\n\nThe cycle-to-work scheme lends you up to 1,500 EUR for a bicycle.\n"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    return folder
+
+
+@pytest_asyncio.fixture
+async def serving(tmp_path: Path, fake_openai: FakeOpenAI) -> AsyncIterator[tuple[Settings, PolicyPal]]:
+    """`policypal serve` on loopback, holding an embedded index of one policy."""
+    settings = settings_for(tmp_path, fake_openai)
+    assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    service = await open_service(settings)
+    runner = web.AppRunner(build_app(settings, service))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield settings, service
+    finally:
+        await runner.cleanup()
+        await service.close()
+
+
+async def test_index_during_serve_is_done_by_the_server_and_searchable_at_once(serving, tmp_path, capsys):
+    settings, service = serving
+    more = write(tmp_path / "more", "bikes.md", BIKES)
+
+    code = await asyncio.to_thread(_index, settings, [str(more)])
+
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "indexed by the running `policypal serve`" in err
+    assert "added (1): bikes.md" in out
+    passages = await service.searcher.asearch("is there a cycle to work scheme", 3)
+    assert passages and passages[0].doc_id == "bikes.md"
+
+
+async def test_remove_during_serve_is_done_by_the_server_even_for_a_folder_that_is_gone(serving, tmp_path, capsys):
+    settings, service = serving
+    more = write(tmp_path / "more", "bikes.md", BIKES)
+    assert await asyncio.to_thread(_index, settings, [str(more)]) == 0
+    (more / "bikes.md").unlink()
+    more.rmdir()
+
+    code = await asyncio.to_thread(lambda: _index(settings, [str(more)], remove=True))
+
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "removed by the running `policypal serve`" in err and "removed (1): bikes.md" in out
+    assert not await service.searcher.asearch("is there a cycle to work scheme", 3)
+    assert await service.searcher.asearch("how many unused days can I carry over", 3)
+
+
+async def test_the_socket_is_for_its_owner_only_and_gone_after_shutdown(tmp_path, fake_openai):
+    settings = settings_for(tmp_path, fake_openai)
+    assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    service = await open_service(settings)
+    runner = web.AppRunner(build_app(settings, service))
+    await runner.setup()
+    path = socket_path(settings.retrieval())
+    try:
+        assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        await runner.cleanup()
+        await service.close()
+    assert not path.exists()
+
+
+async def test_a_server_shutting_down_stops_indexing_between_batches_and_says_so(tmp_path, fake_openai, capsys):
+    # SIGTERM during `policypal index` through the server waited for the whole folder to embed.
+    settings = settings_for(tmp_path, fake_openai)
+    assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    service = await open_service(settings)
+    embedder = service.searcher._index.embedder
+    embed, started = embedder.embed_documents, asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_embed(texts):  # type: ignore[no-untyped-def]
+        loop.call_soon_threadsafe(started.set)
+        time.sleep(0.3)
+        return embed(texts)
+
+    embedder.embed_documents = slow_embed
+    many = tmp_path / "many"
+    for n in range(80):  # five batches of 16
+        write(many, f"policy-{n}.md", f"# Policy {n}\n\nRule {n} says to file form F-{n} within {n} days.\n")
+    runner = web.AppRunner(build_app(settings, service))
+    await runner.setup()
+    try:
+        indexing = asyncio.create_task(asyncio.to_thread(_index, settings, [str(many)]))
+        await asyncio.wait_for(started.wait(), 30)
+        began = loop.time()
+        await runner.cleanup()  # what SIGTERM does
+        shut_down_in = loop.time() - began
+        code = await indexing
+    finally:
+        await service.close()
+    _out, err = capsys.readouterr()
+    assert shut_down_in < 1.0 and code != 0
+    assert "the server is shutting down" in err and "run `policypal index` again" in err
+
+
+async def test_bad_requests_get_a_clear_error(serving):
+    settings, _ = serving
+    connector = aiohttp.UnixConnector(path=str(socket_path(settings.retrieval())))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for body in ({"paths": "relative/dir"}, {"paths": ["relative/dir"]}, {"nothing": 1}):
+            async with session.post(f"http://localhost{ROUTE}", json=body) as response:
+                assert response.status == 400
+                assert (await response.json())["error"] == 'send {"paths": [absolute paths], "remove": false}'
+        async with session.post(f"http://localhost{ROUTE}", json={"paths": ["/x"], "remove": "yes"}) as response:
+            assert response.status == 400 and (await response.json())["error"] == "`remove` must be true or false"
+
+
+async def test_a_socket_left_by_a_killed_server_is_ignored_and_the_cli_indexes_itself(tmp_path, fake_openai):
+    settings = settings_for(tmp_path, fake_openai)
+    cfg = settings.retrieval()
+    assert run_index(cfg, [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(socket_path(cfg)))  # bound, never listening, never unlinked: as a SIGKILL leaves it
+    stale.close()
+    socket_path(cfg).chmod(0o600)  # as our server made it
+
+    assert forward_index(cfg, [tmp_path / "policies"]) is None
+    assert await asyncio.to_thread(_index, settings, [str(write(tmp_path / "more", "bikes.md", BIKES))]) == 0
+
+
+async def test_a_socket_that_cannot_be_created_is_logged_and_the_server_still_starts(tmp_path, fake_openai, caplog):
+    settings = settings_for(tmp_path, fake_openai)
+    cfg = settings.retrieval()
+    assert run_index(cfg, [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    socket_path(cfg).mkdir()  # a directory where the socket should go: binding fails
+    service = await open_service(settings)
+    runner = web.AppRunner(build_app(settings, service))
+    try:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+    finally:
+        await runner.cleanup()
+        await service.close()
+    assert "cannot listen on" in caplog.text
+
+
+async def test_a_folder_with_nothing_to_index_leaves_the_served_index_alone(serving, tmp_path, capsys):
+    settings, service = serving
+    chunks = await service.searcher.ping()
+    (tmp_path / "policies" / "leave.md").unlink()  # the indexed folder is now empty
+
+    code = await asyncio.to_thread(_index, settings, [str(tmp_path / "policies")])
+
+    assert code == 1
+    assert "No documents to index in" in capsys.readouterr().err
+    assert chunks > 0 and await service.searcher.ping() == chunks  # leave.md was not removed
+
+
+async def test_an_unreadable_answer_on_the_socket_is_reported_not_a_traceback(tmp_path, fake_openai, capsys):
+    settings = settings_for(tmp_path, fake_openai)
+    path = socket_path(settings.retrieval())
+    path.parent.mkdir(parents=True)
+
+    async def not_json(request: web.Request) -> web.Response:
+        return web.Response(text="<html>not json</html>")
+
+    app = web.Application()
+    app.router.add_post(ROUTE, not_json)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, str(path)).start()
+    path.chmod(0o600)  # ours, as the server makes it
+    try:
+        code = await asyncio.to_thread(_index, settings, [str(write(tmp_path / "more", "bikes.md", BIKES))])
+    finally:
+        await runner.cleanup()
+    assert code == 1
+    assert "gave an unreadable answer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("planted", ["open to others", "another user's"])
+async def test_a_socket_we_did_not_make_is_refused_and_gets_no_paths(tmp_path, fake_openai, planted, capsys):
+    settings = settings_for(tmp_path, fake_openai)
+    cfg = settings.retrieval()
+    assert run_index(cfg, [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
+    received: list[bytes] = []
+
+    async def impostor(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        body = b'{"text": "Indexed!", "ok": true}'
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(impostor, path=str(socket_path(cfg)))
+    if planted == "open to others":
+        socket_path(cfg).chmod(0o666)
+    else:
+        socket_path(cfg).chmod(0o600)
+        os.chown(socket_path(cfg), 12345, -1)  # we run tests as root, so we can hand it to another user
+    try:
+        more = write(tmp_path / "secret-hr", "bonus.md", BIKES)
+        code = await asyncio.to_thread(_index, settings, [str(more)])
+    finally:
+        server.close()
+        await server.wait_closed()
+    err = capsys.readouterr().err
+    assert code == 1 and received == []
+    assert f"Refusing the index socket {socket_path(cfg)}: " in err

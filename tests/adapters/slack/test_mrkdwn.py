@@ -1,0 +1,83 @@
+"""Markdown from the model becomes Slack mrkdwn: emphasis, lists, links, code, escaping."""
+
+from __future__ import annotations
+
+from adapters.slack.mrkdwn import to_mrkdwn
+
+
+def test_bold_italic_and_strike_use_slack_markers():
+    assert to_mrkdwn("**Yes**, you *may* work ~~abroad~~ remotely.") == "*Yes*, you _may_ work ~abroad~ remotely."
+    assert to_mrkdwn("__bold__ too") == "*bold* too"
+
+
+def test_bold_inside_a_bullet_list_and_nested_items():
+    md = "Steps:\n- **Ask** your manager\n  - in writing\n* Book travel\n1. numbered stays"
+    assert to_mrkdwn(md) == "Steps:\n• *Ask* your manager\n  • in writing\n• Book travel\n1. numbered stays"
+
+
+def test_headings_become_bold_lines():
+    assert to_mrkdwn("## Working abroad\nUp to 4 weeks.") == "*Working abroad*\nUp to 4 weeks."
+
+
+def test_links_become_slack_links_and_relative_targets_are_shown_not_broken():
+    assert to_mrkdwn("See [the policy](https://intranet.example.com/remote).") == (
+        "See <https://intranet.example.com/remote|the policy>."
+    )
+    assert to_mrkdwn("See [leave](policies/leave.md).") == "See leave (policies/leave.md)."
+    assert to_mrkdwn("Mail <mailto:it@example.com>") == "Mail <mailto:it@example.com>"
+
+
+def test_citation_markers_stay_as_written():
+    text = "You may work abroad for 4 weeks [Remote Work Policy › Working abroad]."
+    assert to_mrkdwn(text) == text
+
+
+def test_ampersands_and_angle_brackets_are_escaped_so_slack_shows_them():
+    assert to_mrkdwn("R&D <team> gets 5 > 4") == "R&amp;D &lt;team&gt; gets 5 &gt; 4"
+
+
+def test_code_is_left_alone_apart_from_escaping_and_the_fence_language_is_dropped():
+    md = "Run `**not bold**` then:\n```bash\nvpn --reset <id> && echo *ok*\n```"
+    assert to_mrkdwn(md) == "Run `**not bold**` then:\n```\nvpn --reset &lt;id&gt; &amp;&amp; echo *ok*\n```"
+
+
+def test_an_unclosed_fence_is_closed():
+    assert to_mrkdwn("```\ncode").endswith("```")
+
+
+def test_blockquotes_keep_their_marker_and_rules_disappear():
+    assert to_mrkdwn("> quoted **text**\n---\nafter") == "> quoted *text*\n\nafter"
+
+
+def test_snake_case_and_lone_asterisks_are_not_emphasis():
+    assert to_mrkdwn("set max_retry_count to 2 * 3") == "set max_retry_count to 2 * 3"
+
+
+def test_inline_code_in_a_link_label_stays_code():
+    assert to_mrkdwn("Edit [`vpn.conf`](https://x/vpn) now") == "Edit <https://x/vpn|`vpn.conf`> now"
+    assert to_mrkdwn("[`a|b`](https://x.example.com)") == "<https://x.example.com|`a¦b`>"  # | would end the label
+    assert to_mrkdwn("See [`leave.md`](policies/leave.md).") == "See `leave.md` (policies/leave.md)."
+
+
+def test_a_link_target_keeps_its_balanced_parentheses():
+    assert to_mrkdwn("See [Wiki](https://en.wikipedia.org/wiki/Foo_(bar)) now") == (
+        "See <https://en.wikipedia.org/wiki/Foo_(bar)|Wiki> now"
+    )
+
+
+def test_emphasis_never_reaches_inside_a_bare_url_but_still_closes_after_one():
+    url = "https://intranet.example.com/__init__/x__y?q=a*b*c"
+    assert to_mrkdwn(f"Open {url} now") == f"Open {url} now"
+    assert to_mrkdwn("**Portal: https://intranet.example.com/a_b**.") == "*Portal: https://intranet.example.com/a_b*."
+    assert to_mrkdwn("R&D https://x.example.com/?a=1&b=2") == "R&amp;D https://x.example.com/?a=1&amp;b=2"
+    assert to_mrkdwn("snake__case__word but __bold__") == "snake__case__word but *bold*"
+
+
+def test_an_autolink_cannot_hide_its_target_behind_a_slack_label():
+    assert to_mrkdwn("<https://evil.example|VPN>") == "<https://evil.example%7CVPN>"
+
+
+def test_a_link_target_cannot_smuggle_a_channel_ping_or_a_second_token():
+    assert to_mrkdwn("[hi](https://a.example/<!channel>)") == "<https://a.example/%3C!channel|hi>"
+    assert to_mrkdwn("[hi](<https://a.example/<!here>)") == "<https://a.example/%3C!here|hi>"
+    assert to_mrkdwn("<https://a.example<!channel>") == "<https://a.example%3C!channel>"

@@ -1,0 +1,433 @@
+"""Teams end to end: activities posted to the running app at /api/messages, replies read from a fake connector.
+
+The harness here (``teams`` fixture) is shared by the other test_teams_* modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+import adapters.teams.app as teams_module
+from adapters.server.app import build_app
+from bot.config import Settings
+from bot.service import PolicyPal
+from bot.wiring import open_service
+from tests.bot.helpers import settings_for
+from tests.fakes.bot_connector import ALICE, BOB, BOT_ID, CHANNEL, GUEST, TENANT, FakeBotConnector, Recorded
+from tests.fakes.openai_server import FakeOpenAI, Turn, respond, text, tool_calls
+
+TICKET = {"category": "network_vpn", "summary": "NorthGate VPN fails with NG-809", "urgency": "high"}
+
+
+@dataclass
+class Teams:
+    """The app under test on a loopback port, the channel that talks to it, and the service behind it."""
+
+    url: str
+    channel: FakeBotConnector
+    service: PolicyPal
+    model: FakeOpenAI
+    settings: Settings
+
+    async def post(self, activity: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        return await self.channel.post(self.url, activity, headers)
+
+    async def reply(self, count: int = 1, **match: Any) -> Recorded:
+        """The ``count``-th message the bot sent (not typing, not updates)."""
+        return await self.channel.wait_for(
+            lambda r: r.kind != "update" and r.type == "message" and _matches(r, match), count=count
+        )
+
+
+def _matches(recorded: Recorded, match: dict[str, Any]) -> bool:
+    return all(getattr(recorded, name) == value for name, value in match.items())
+
+
+
+@pytest_asyncio.fixture
+async def teams(
+    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Teams]:
+    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
+        yield harness
+
+
+async def running_teams(
+    tmp_path: Path,
+    fake: FakeOpenAI,
+    index: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    invoke_wait_s: float = 4.0,
+    **overrides: Any,
+) -> AsyncIterator[Teams]:
+    """Service, app and fake channel, started; everything closed afterwards."""
+    # These 2 cores are shared: give a click's answer room so a busy machine does not turn a refusal
+    # into "Working on it…" (the production default stays within Teams' invoke timeout).
+    built = teams_module.options_from
+    wait = invoke_wait_s
+    monkeypatch.setattr(teams_module, "options_from", lambda settings: replace(built(settings), invoke_wait_s=wait))
+    values = {"teams_allow_unauthenticated": True, "teams_allowed_tenants": f"{TENANT},tenant-other-ok", **overrides}
+    settings = settings_for(tmp_path, fake, **values)
+    service = await open_service(settings, searcher=index)
+    runner = web.AppRunner(build_app(settings, service), shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages"
+    try:
+        async with FakeBotConnector() as channel:
+            yield Teams(url, channel, service, fake, settings)
+    finally:
+        await runner.cleanup()
+        await service.close()
+
+
+def answer_citing_first_passage() -> Turn:
+    """A final answer that quotes the first search result's cite, as a well-behaved model would."""
+
+    def answer(body: dict[str, Any]) -> Turn:
+        result = json.loads(body["messages"][-1]["content"])
+        return text(f"You get 25 days a year [{result['results'][0]['cite']}].")
+
+    return respond(answer)
+
+
+# --- personal chat ---------------------------------------------------------------------------------
+
+
+async def test_personal_message_is_answered_in_the_chat_with_markdown_links_and_feedback(teams):
+    teams.model.script(tool_calls(("search_policies", {"query": "annual leave days"})), answer_citing_first_passage())
+    activity = teams.channel.personal_message("How many vacation days do I get?")
+
+    status, _ = await teams.post(activity)
+    reply = await teams.reply()
+
+    assert status in (200, 201)
+    assert reply.conversation_id == activity["conversation"]["id"] and reply.kind == "send"
+    assert reply.json["textFormat"] == "markdown"
+    assert reply.text.startswith("You get 25 days a year [")
+    assert "**Sources**" in reply.text and "](https://intranet.northwind.example/" in reply.text
+    (card,) = reply.cards
+    assert [a["verb"] for a in card["actions"]] == ["feedback", "feedback", "handoff"]
+    assert teams.model.requests[0].messages[-1]["content"] == "How many vacation days do I get?"
+    teams.model.assert_script_consumed()
+
+
+async def test_a_message_is_acknowledged_before_the_run_and_typing_shows_while_it_works(teams):
+    from tests.fakes.openai_server import delay
+
+    teams.model.script(delay(1.0, text("Here is the answer.")))
+    started = asyncio.get_running_loop().time()
+    status, _ = await teams.post(teams.channel.personal_message("Is there a dress code?"))
+    acknowledged = asyncio.get_running_loop().time() - started
+    typing = await teams.channel.wait_for(lambda r: r.type == "typing")
+    reply = await teams.reply()
+
+    assert status in (200, 201) and acknowledged < 0.5
+    assert typing.conversation_id == reply.conversation_id
+    assert teams.channel.recorded.index(typing) < teams.channel.recorded.index(reply)
+    assert reply.text == "Here is the answer."
+
+
+async def test_the_user_is_identified_by_aad_id_with_email_from_the_roster(teams):
+    teams.model.script(text("Hello."))
+    await teams.post(teams.channel.personal_message("hi"))
+    await teams.reply()
+    (run,) = await teams.service.store.list_runs()
+    assert run.user_id == ALICE["aadObjectId"] and run.platform == "teams"
+    assert run.conversation_key.startswith(f"teams:{TENANT}:a:personal-")
+    assert teams.channel.member_lookups == [(f"a:personal-{ALICE['id']}", ALICE["id"])]
+
+
+async def test_a_repeated_activity_id_never_starts_a_second_run(teams):
+    teams.model.script(text("Only once."))
+    activity = teams.channel.personal_message("How do I reset my password?")
+    await teams.post(activity)
+    await teams.reply()
+    await teams.post(activity)  # Bot Framework redelivers after a timeout
+    await asyncio.sleep(0.3)
+    assert len(teams.model.requests) == 1
+    assert len(teams.channel.messages()) == 1
+    assert len(await teams.service.store.list_runs()) == 1
+
+
+async def test_the_same_activity_id_in_two_personal_chats_runs_both(teams):
+    teams.model.script(text("For Alice."), text("For Bob."))
+    alice, bob = teams.channel.personal_message("hi"), teams.channel.personal_message("hello", sender=BOB)
+    alice["id"] = bob["id"] = "1700000000999"  # ids are unique only within a conversation
+    await teams.post(alice)
+    await teams.reply()
+    await teams.post(bob)
+    second = await teams.reply(count=2)
+    assert second.text == "For Bob." and len(await teams.service.store.list_runs()) == 2
+
+
+async def test_a_redelivery_of_an_activity_an_older_release_ran_does_not_run_again(teams):
+    """Older releases claimed the bare activity id; an activity sent before the upgrade is checked against it."""
+    teams.model.script(text("Answered."))
+    sent_earlier = teams.channel.personal_message("How do I reset my password?")
+    sent_earlier["timestamp"] = (datetime.now(UTC) - timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
+    await teams.service.claim_event("teams", sent_earlier["id"])  # what the older release stored
+    await teams.post(sent_earlier)
+    # The same id sent now in another chat is a new message: the old bare key does not block it.
+    fresh = teams.channel.personal_message("And my VPN?", sender=BOB, timestamp=datetime.now(UTC).isoformat())
+    fresh["id"] = sent_earlier["id"]
+    await teams.post(fresh)
+    reply = await teams.reply()
+    await asyncio.sleep(0.3)
+    assert reply.text == "Answered." and reply.conversation_id == fresh["conversation"]["id"]
+    assert len(teams.channel.messages()) == 1 and len(teams.model.requests) == 1
+
+
+# --- replies without a run are sent once per activity ---------------------------------------------------
+
+
+async def test_a_redelivered_bare_mention_gets_one_hint(teams):
+    activity = teams.channel.channel_message("")
+    await teams.post(activity)
+    hint = await teams.reply()
+    await teams.post(activity)  # Bot Framework redelivers
+    await asyncio.sleep(0.3)
+    assert hint.text.startswith("Ask me about a company policy") and len(teams.channel.messages()) == 1
+
+
+async def test_a_redelivered_refusal_is_sent_once(teams):
+    activity = teams.channel.personal_message("hello")
+    activity["conversation"]["tenantId"] = activity["channelData"]["tenant"]["id"] = "tenant-elsewhere"
+    await teams.post(activity)
+    await teams.reply()
+    await teams.post(activity)
+    await asyncio.sleep(0.3)
+    assert len(teams.channel.messages()) == 1
+
+
+# --- channels and group chats ------------------------------------------------------------------------
+
+
+async def test_channel_mention_is_answered_in_its_thread_with_the_mention_stripped(teams):
+    teams.model.script(text("Yes, within the limits."))
+    activity = teams.channel.channel_message("Can I expense a taxi?")
+
+    await teams.post(activity)
+    reply = await teams.reply()
+
+    assert teams.model.requests[0].messages[-1]["content"] == "Can I expense a taxi?"
+    assert reply.conversation_id == f"{CHANNEL};messageid={activity['id']}"
+    assert reply.kind == "send" and "replyToId" not in reply.json
+
+
+async def test_channel_messages_without_a_mention_are_ignored(teams):
+    await teams.post(teams.channel.channel_message("lunch anyone?", mention=False))
+    group = teams.channel.activity({"id": "19:group@thread.v2", "conversationType": "groupChat"}, ALICE, text="hi all")
+    await teams.post(group)
+    await asyncio.sleep(0.3)
+    assert teams.model.requests == [] and teams.channel.recorded == []
+
+
+async def test_a_follow_up_in_the_thread_continues_the_conversation(teams):
+    teams.model.script(text("Taxis are fine after 9 pm."), text("Yes, with a receipt."))
+    first = teams.channel.channel_message("Can I expense a taxi?")
+    await teams.post(first)
+    await teams.reply()
+    follow_up = teams.channel.channel_message("Even at 10 pm?", root=first["id"])
+    await teams.post(follow_up)
+    second = await teams.reply(count=2)
+
+    assert second.conversation_id == f"{CHANNEL};messageid={first['id']}"
+    sent = teams.model.requests[1].messages
+    assert [m["content"] for m in sent if m["role"] in ("user", "assistant")][-3:] == [
+        "Can I expense a taxi?",
+        "Taxis are fine after 9 pm.",
+        "Even at 10 pm?",
+    ]
+
+
+async def test_the_same_activity_id_in_two_channels_runs_both(teams):
+    """Channel message ids are epoch milliseconds: two channels can send the same one."""
+    teams.model.script(text("Answer for Alice."), text("Answer for Bob."))
+    here = teams.channel.channel_message("Can I expense a taxi?")
+    there = teams.channel.channel_message("How many vacation days?", sender=BOB)
+    here["id"] = there["id"] = "1700000000123"
+    here["conversation"]["id"] = f"{CHANNEL};messageid=1700000000123"
+    there["conversation"]["id"] = "19:finance@thread.tacv2;messageid=1700000000123"
+    there["channelData"]["teamsChannelId"] = "19:finance@thread.tacv2"
+    await teams.post(here)
+    await teams.reply()
+    await teams.post(there)
+    second = await teams.reply(count=2)
+    assert second.text == "Answer for Bob." and second.conversation_id == there["conversation"]["id"]
+
+
+async def test_a_new_post_in_the_same_channel_is_a_new_conversation(teams):
+    teams.model.script(text("One."), text("Two."))
+    await teams.post(teams.channel.channel_message("first question"))
+    await teams.reply()
+    await teams.post(teams.channel.channel_message("second question"))
+    await teams.reply(count=2)
+    user_turns = [m for m in teams.model.requests[1].messages if m["role"] == "user"]
+    assert [m["content"] for m in user_turns] == ["second question"]
+
+
+# --- who may use it -------------------------------------------------------------------------------
+
+
+async def test_a_tenant_outside_the_allow_list_gets_a_polite_refusal_and_no_run(teams):
+    activity = teams.channel.personal_message("hello")
+    activity["conversation"]["tenantId"] = "tenant-elsewhere"
+    activity["channelData"]["tenant"]["id"] = "tenant-elsewhere"
+
+    status, _ = await teams.post(activity)
+    reply = await teams.reply()
+
+    assert status in (200, 201)
+    assert "isn't available for your organization" in reply.text
+    await asyncio.sleep(0.1)
+    assert teams.model.requests == [] and await teams.service.store.list_runs() == []
+
+
+async def test_a_guest_may_not_propose_a_ticket(teams):
+    teams.model.script(tool_calls(("create_it_ticket", TICKET)), text("Guests can't raise tickets here."))
+    await teams.post(teams.channel.personal_message("my VPN is broken, open a ticket", sender=GUEST))
+    reply = await teams.reply()
+    assert not reply.cards or all(a["verb"] != "confirm" for a in reply.cards[0].get("actions", []))
+    assert await teams.service.store.find_pending("open") == []
+
+
+async def test_without_the_roster_the_sender_is_treated_as_a_guest(teams):
+    teams.channel.roster.clear()  # the member lookup fails: no write tools this time
+    teams.model.script(tool_calls(("create_it_ticket", TICKET)), text("I can't raise that ticket."))
+    await teams.post(teams.channel.personal_message("open a VPN ticket"))
+    await teams.reply()
+    assert await teams.service.store.find_pending("open") == []
+
+
+async def test_a_failed_run_becomes_an_apology_not_silence(teams, monkeypatch):
+    async def broken(inbound, cancel=None):
+        raise RuntimeError("database down")
+
+    monkeypatch.setattr(teams.service, "handle_message", broken)
+    await teams.post(teams.channel.personal_message("hello"))
+    reply = await teams.reply()
+    assert reply.text.startswith("Sorry, something went wrong")
+
+
+# --- a busy connector ----------------------------------------------------------------------------
+
+
+async def test_a_reply_refused_once_with_429_is_sent_after_retry_after(teams):
+    teams.channel.refuse_next(429, retry_after="1")
+    teams.model.script(text("Here is your answer."))
+    started = asyncio.get_running_loop().time()
+    await teams.post(teams.channel.personal_message("Is there a dress code?"))
+    reply = await teams.reply()
+    assert reply.text == "Here is your answer." and len(teams.channel.messages()) == 1
+    assert teams.channel.refused == [("send", 429)]
+    assert asyncio.get_running_loop().time() - started >= 1.0  # Retry-After was honoured
+
+
+@pytest.mark.parametrize("status", [412, 502, 503, 504])
+async def test_the_connector_retries_a_transient_refusal(teams, status):
+    teams.channel.refuse_next(status, times=2)
+    sent = await fast_connector(teams).send(personal_reference(teams), {"type": "message", "text": "hi"})
+    (reply,) = teams.channel.messages()
+    assert sent == reply.id and reply.text == "hi" and teams.channel.refused == [("send", status)] * 2
+
+
+async def test_the_connector_gives_up_in_bounded_time_and_logs_the_conversation(teams, caplog):
+    from adapters.teams.retry import DeliveryFailed
+
+    teams.channel.refuse_next(429, times=10, retry_after="60")  # capped at max_wait_s
+    connector, reference = fast_connector(teams), personal_reference(teams)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(DeliveryFailed):
+        await connector.update(reference, "out-7", {"type": "message", "text": "decided"})
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert teams.channel.refused == [("update", 429)] * 3 and teams.channel.updates == []
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert reference["conversation"]["id"] in error.getMessage() and "429" in error.getMessage()
+
+
+async def test_a_refusal_that_cannot_change_is_not_retried(teams):
+    teams.channel.refuse_next(403, times=2)
+    with pytest.raises(Exception, match="fake refusal"):
+        await fast_connector(teams).send(personal_reference(teams), {"type": "message", "text": "hi"})
+    assert teams.channel.refused == [("send", 403)]
+
+
+def fast_connector(teams: Teams) -> teams_module.BotFrameworkConnector:
+    """The production connector with a retry budget small enough for a test."""
+    from adapters.teams.retry import RetryPolicy
+
+    policy = RetryPolicy(attempts=3, first_s=0.05, max_wait_s=0.1, total_s=2.0)
+    return teams_module.BotFrameworkConnector(teams_module.build_adapter(teams.settings), None, retry=policy)
+
+
+def personal_reference(teams: Teams) -> dict[str, Any]:
+    from adapters.teams.activity import reference_of
+
+    return reference_of(teams.channel.personal_message("hello"))
+
+
+# --- install -----------------------------------------------------------------------------------------
+
+
+def install(teams: Teams, member_id: str = BOT_ID, conversation_type: str = "personal", tenant: str = TENANT) -> dict:
+    """The conversationUpdate Teams sends when the bot (or someone) joins a conversation."""
+    conversation = {"id": f"a:install-{member_id}", "conversationType": conversation_type, "tenantId": tenant}
+    activity = teams.channel.activity(conversation, ALICE, type="conversationUpdate", membersAdded=[{"id": member_id}])
+    activity["channelData"]["tenant"] = {"id": tenant}
+    activity.pop("text", None)
+    return activity
+
+
+async def test_installing_the_bot_in_personal_chat_sends_a_welcome(teams):
+    activity = install(teams)
+    status, _ = await teams.post(activity)
+    welcome = await teams.reply()
+    assert status in (200, 201)
+    assert welcome.conversation_id == activity["conversation"]["id"]
+    assert welcome.text.startswith("Hi, I'm **PolicyPal**") and "Confirm" in welcome.text
+    assert teams.model.requests == []  # a greeting, not a run
+
+
+async def test_a_redelivered_install_sends_one_welcome(teams):
+    activity = install(teams)
+    await teams.post(activity)
+    await teams.reply()
+    await teams.post(activity)
+    await asyncio.sleep(0.3)
+    assert len(teams.channel.messages()) == 1
+
+
+async def test_no_welcome_for_someone_else_joining_a_channel_install_or_a_foreign_tenant(teams):
+    for activity in (install(teams, member_id="29:someone-else"), install(teams, conversation_type="channel"),
+                     install(teams, tenant="tenant-not-allowed")):  # fmt: skip
+        status, _ = await teams.post(activity)
+        assert status in (200, 201)
+    await asyncio.sleep(0.3)
+    assert teams.channel.messages() == []
+
+
+# --- malformed requests ------------------------------------------------------------------------------
+
+
+async def test_a_body_that_is_not_a_json_activity_gets_400_not_a_server_error(teams):
+    import aiohttp
+
+    bodies = [(b"not json", "application/json"), (b"[1, 2]", "application/json"), (b"", "application/json"),
+              (b'{"type": "message"}', "text/plain")]  # fmt: skip
+    async with aiohttp.ClientSession() as session:
+        for body, content_type in bodies:
+            async with session.post(teams.url, data=body, headers={"Content-Type": content_type}) as response:
+                assert response.status == 400, (body, await response.text())
+    assert teams.channel.recorded == [] and teams.model.requests == []

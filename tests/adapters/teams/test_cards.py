@@ -1,0 +1,184 @@
+"""Pure Teams mapping: activities -> Inbound and thread, outcomes -> Markdown and Adaptive Card JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlsplit
+
+from adapters.teams import cards
+from adapters.teams.activity import (
+    addressed_to_bot,
+    channel_and_thread,
+    deep_link,
+    question_text,
+    reference_of,
+    to_inbound,
+    user_of,
+)
+from bot.identity import GroupMap
+from bot.service import Reply
+from bot.types import Answer, Citation, GaveUp, PendingAction, TerminationReason, UserRef
+from tests.fakes.bot_connector import ALICE, BOT_ID, CHANNEL, TENANT, FakeBotConnector
+
+CHANNEL_SIDE = FakeBotConnector()
+EXPIRES = datetime(2030, 1, 2, 3, 4, tzinfo=UTC)
+
+
+def action(**arguments) -> PendingAction:
+    arguments = arguments or {"category": "hardware", "summary": "Laptop screen cracked", "urgency": "normal"}
+    return PendingAction("p-1", "create_it_ticket", arguments, "h" * 32, "aad-alice", "Shall I?", EXPIRES)
+
+
+# --- activities -----------------------------------------------------------------------------------
+
+
+def test_a_channel_reply_belongs_to_its_root_thread():
+    activity = CHANNEL_SIDE.channel_message("hello", root="1700000")
+    assert channel_and_thread(activity) == (CHANNEL, "1700000")
+    assert reference_of(activity)["conversation"]["id"] == f"{CHANNEL};messageid=1700000"
+
+
+def test_a_channel_post_without_the_marker_is_rooted_at_itself():
+    activity = CHANNEL_SIDE.channel_message("hello")
+    activity["conversation"]["id"] = CHANNEL
+    assert channel_and_thread(activity) == (CHANNEL, activity["id"])
+
+
+def test_a_chat_is_its_own_thread():
+    activity = CHANNEL_SIDE.personal_message("hi")
+    conversation = activity["conversation"]["id"]
+    assert channel_and_thread(activity) == (conversation, conversation)
+    assert reference_of(activity)["conversation"]["id"] == conversation
+
+
+def test_only_the_bots_mention_is_removed_and_other_names_stay():
+    activity = CHANNEL_SIDE.channel_message("ask <at>Bob</at> about laptops")
+    activity["entities"].append({"type": "mention", "mentioned": {"id": "29:bob"}, "text": "<at>Bob</at>"})
+    assert question_text(activity) == "ask Bob about laptops"
+
+
+def test_group_chats_need_a_mention_of_this_bot():
+    activity = CHANNEL_SIDE.activity({"id": "19:g@thread.v2", "conversationType": "groupChat"}, ALICE, text="hi")
+    assert not addressed_to_bot(activity)
+    activity["entities"] = [{"type": "mention", "mentioned": {"id": "28:other-bot"}, "text": "<at>Other</at>"}]
+    assert not addressed_to_bot(activity)
+    activity["entities"].append({"type": "mention", "mentioned": {"id": BOT_ID}, "text": "<at>PolicyPal</at>"})
+    assert addressed_to_bot(activity)
+
+
+def test_identity_comes_from_the_activity_and_the_roster():
+    groups = GroupMap({"alice@contoso.example": ["managers"], "aad-bob": ["it"]})
+    activity = CHANNEL_SIDE.personal_message("hi")
+    member = {"email": "alice@contoso.example", "userRole": "guest"}
+    user = user_of(activity, groups, member)
+    assert user == UserRef("aad-alice", "Alice Example", "alice@contoso.example", ("all", "managers"), is_guest=True)
+    assert user_of(activity, groups).groups == ("all",)
+
+
+def test_inbound_carries_tenant_channel_thread_and_event_id():
+    activity = CHANNEL_SIDE.channel_message("Can I expense a taxi?", root="1700000")
+    inbound = to_inbound(activity, UserRef("aad-alice"))
+    assert (inbound.platform, inbound.tenant, inbound.channel, inbound.thread) == ("teams", TENANT, CHANNEL, "1700000")
+    assert inbound.text == "Can I expense a taxi?" and inbound.event_id.startswith(activity["id"] + "@")
+    assert inbound.conversation_key == f"teams:{TENANT}:{CHANNEL}:1700000"
+
+
+def test_the_event_id_is_the_activity_id_within_its_conversation():
+    """Activity ids are unique only within a conversation (channel ids are epoch milliseconds)."""
+    here = CHANNEL_SIDE.personal_message("hi")
+    there = {**here, "conversation": {**here["conversation"], "id": "a:" + "x" * 300}}
+    again = json.loads(json.dumps(here))  # a redelivery: the same activity, parsed again
+    ids = [to_inbound(activity, UserRef("aad-alice")).event_id for activity in (here, again, there)]
+    assert ids[0] == ids[1] != ids[2]
+    assert len(f"teams:{ids[2]}") <= 255  # the store's limit, however long the conversation id
+
+
+def test_deep_links_open_the_message_in_teams():
+    channel = CHANNEL_SIDE.channel_message("x", root="1700000")
+    channel["channelData"]["team"]["aadGroupId"] = "group-guid"
+    url = urlsplit(deep_link(channel))
+    assert url.path == f"/l/message/19%3Ageneral%40thread.tacv2/{channel['id']}"
+    assert parse_qs(url.query) == {"tenantId": [TENANT], "parentMessageId": ["1700000"], "groupId": ["group-guid"]}
+    chat = urlsplit(deep_link(CHANNEL_SIDE.personal_message("x")))
+    assert json.loads(parse_qs(chat.query)["context"][0]) == {"contextType": "chat"}
+
+
+# --- replies --------------------------------------------------------------------------------------
+
+
+def test_cited_policies_are_links_when_they_have_a_url():
+    answer = Answer(
+        "Yes [Expenses › Taxis].",
+        (
+            Citation("Expenses", "Taxis", "https://intranet.example/expenses"),
+            Citation("Leave", "Vacation", "examples/policies/leave.md"),
+        ),
+    )
+    text = cards.answer_markdown(answer)
+    assert text.startswith("Yes [Expenses › Taxis].\n\n**Sources**\n\n")
+    assert "- [Expenses › Taxis](https://intranet.example/expenses)" in text
+    assert "- Leave › Vacation (examples/policies/leave.md)" in text
+
+
+def test_an_answer_is_markdown_with_a_feedback_card():
+    reply = Reply("run_1", TerminationReason.ANSWERED, Answer("Hi"), "k")
+    activity = cards.reply_activity(reply)
+    assert activity["textFormat"] == "markdown" and activity["text"] == "Hi"
+    (attachment,) = activity["attachments"]
+    assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+    data = [button["data"] for button in attachment["content"]["actions"]]
+    assert data == [
+        {"run_id": "run_1", "value": "helpful"},
+        {"run_id": "run_1", "value": "not_helpful"},
+        {"run_id": "run_1"},
+    ]
+
+
+def test_a_reply_that_opened_a_case_has_nothing_to_rate():
+    reply = Reply("HD-1001", TerminationReason.ANSWERED, Answer("Sure. I've passed this to the helpdesk."), "k")
+    assert cards.reply_activity(reply) == cards.message("Sure. I've passed this to the helpdesk.")
+
+
+def test_a_give_up_shows_the_reference_and_the_case_or_a_way_to_the_helpdesk():
+    with_case = cards.gave_up_activity("run_9", GaveUp(TerminationReason.DEADLINE, case_id="HD-3"))
+    assert "`run_9`" in with_case["text"] and "HD-3" in with_case["text"] and "attachments" not in with_case
+    without = cards.gave_up_activity("run_9", GaveUp(TerminationReason.DEADLINE))
+    assert without["attachments"][0]["content"]["actions"][0]["verb"] == "handoff"
+
+
+# --- the ticket card ------------------------------------------------------------------------------
+
+
+def test_the_pending_card_shows_the_frozen_arguments_literally_never_as_markdown():
+    summary = "**Approved by IT** [click to verify](https://evil.example/login)"
+    card = cards.pending_card(action(category="access", summary=summary, urgency="high"), "Alice Example")
+    shown = [b for b in card["body"] if summary in json.dumps(b, ensure_ascii=False)]
+    assert [block["type"] for block in shown] == ["RichTextBlock"]  # TextRuns: Teams renders no Markdown there
+    assert shown[0]["inlines"][-1] == {"type": "TextRun", "text": summary}
+    assert "FactSet" not in json.dumps(card)
+
+
+def test_the_pending_card_buttons_carry_ids_and_never_the_arguments():
+    pending = action(category="hardware", summary="Laptop screen cracked", urgency="normal", details="Dropped it")
+    card = cards.pending_card(pending, "Alice Example")
+    assert card["version"] == "1.5"
+    assert list(cards.card_fields(card).items()) == [
+        ("Category", "hardware"),
+        ("Summary", "Laptop screen cracked"),
+        ("Urgency", "normal"),
+        ("Details", "Dropped it"),
+    ]
+    buttons = json.dumps(card["actions"])
+    assert "Laptop screen cracked" not in buttons and "Dropped it" not in buttons
+    assert "Only Alice Example can confirm · expires 2030-01-02 03:04 UTC" in json.dumps(card, ensure_ascii=False)
+
+
+def test_the_decided_card_has_no_buttons_and_says_what_happened():
+    line = cards.outcome_line("done", {"ticket_id": "IT-1001"}, "Alice", EXPIRES)
+    card = cards.decided_card(action(), line)
+    assert "actions" not in card and card["body"][-1]["text"] == "✅ Confirmed by Alice. Ticket **IT-1001** created."
+    assert cards.outcome_line("cancelled", None, "Alice", EXPIRES) == "Cancelled by Alice. No ticket was raised."
+    assert "expired at 2030-01-02 03:04 UTC" in cards.outcome_line("expired", None, "Alice", EXPIRES)
+    failed = cards.outcome_line("failed", {"error": "boom", "case_id": "HD-1002"}, "Alice", EXPIRES)
+    assert "could not be created: boom. Helpdesk case **HD-1002** is open." in failed

@@ -1,0 +1,326 @@
+"""The offline model: deterministic decisions from the message list alone."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bot.models.offline.answers import NOT_IN_POLICY
+from bot.models.offline.model import COMPACTION_PREFIX, NAME, TICKET_PROPOSAL, OfflineModel
+from bot.models.offline.planning import split_question
+from bot.types import Message, ModelReply
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {"name": "search_policies", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "create_it_ticket", "parameters": {"type": "object"}}},
+]
+SYSTEM: Message = {"role": "system", "content": "You are PolicyPal, a policy assistant."}
+ABROAD = {
+    "cite": "Remote and Hybrid Work Policy › Working from abroad",
+    "source": "https://intranet.example/remote-work",
+    "score": 0.83,
+    "text": "Remote and Hybrid Work Policy › Working from abroad\n\n"
+    "Northwind Labs is a distributed company. You may **work from another country** for up to 30 working days "
+    "in any 12-month period. Longer stays need approval from the People Team.",
+}
+HOTEL = {
+    "cite": "Business Expenses Policy › Spending limits",
+    "source": "https://intranet.example/expenses",
+    "score": 0.77,
+    "text": "## Spending limits\n| Item | Limit |\n|---|---|\n| Hotel per night | €150 in Lisbon, CA$220 in Toronto |\n"
+    "| Dinner | €40 |",
+}
+TICKET_ENUMS = {
+    "category": {"access", "hardware", "software", "network_vpn", "accounts_passwords", "security_incident", "other"},
+    "urgency": {"low", "normal", "high", "critical"},
+}
+
+
+async def ask(messages: list[Message], tools: list[dict[str, Any]] = TOOLS, max_tokens: int = 800) -> ModelReply:
+    return await OfflineModel().complete(messages, tools, max_tokens=max_tokens, timeout=1.0)
+
+
+def with_results(question: str, reply: ModelReply, results: list[dict[str, Any]]) -> list[Message]:
+    """The history after the tools ran: question, the model's calls, one result per call."""
+    answers = [
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result, ensure_ascii=False)}
+        for call, result in zip(reply.tool_calls, results, strict=True)
+    ]
+    return [SYSTEM, {"role": "user", "content": question}, reply.as_message(), *answers]
+
+
+async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
+    question = "Can I work from abroad and what is the hotel limit per night? Also, is there a dress code?"
+
+    reply = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    assert reply.finish_reason == "tool_calls"
+    assert [call.name for call in reply.tool_calls] == ["search_policies"] * 3
+    assert [json.loads(call.arguments)["query"] for call in reply.tool_calls] == [
+        "Can I work from abroad",
+        "What is the hotel limit per night?",
+        "Is there a dress code?",
+    ]
+    assert len({call.id for call in reply.tool_calls}) == 3
+    assert all(call.id.startswith(f"call_{n}_") for n, call in enumerate(reply.tool_calls))
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        ("What is the policy on travel and expenses?", ["What is the policy on travel and expenses?"]),
+        ("Can I bring my dog and my cat to the office?", ["Can I bring my dog and my cat to the office?"]),
+        (
+            "How many anchor days are there; who approves remote work",
+            ["How many anchor days are there", "Who approves remote work"],
+        ),
+        ("Hi PolicyPal, what is the hotel limit? thanks!", ["What is the hotel limit?"]),
+        ("Where is parking? Where is parking?", ["Where is parking?"]),
+    ],
+)
+def test_question_splitting_is_conservative(question: str, parts: list[str]) -> None:
+    assert split_question(question) == parts
+
+
+def test_more_than_three_parts_are_folded_into_the_third() -> None:
+    parts = split_question("What is leave? What is pay? What is travel? What is parking?")
+    assert parts == ["What is leave?", "What is pay?", "What is travel? What is parking?"]
+
+
+async def test_answer_quotes_matching_sentences_with_cites() -> None:
+    question = "Can I work from another country and what is the hotel limit per night?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"results": [ABROAD]}, {"results": [HOTEL]}]))
+
+    assert answer.tool_calls == ()
+    assert answer.finish_reason == "stop"
+    text = answer.text or ""
+    assert "up to 30 working days" in text
+    assert "[Remote and Hybrid Work Policy › Working from abroad]" in text
+    assert "Hotel per night: €150 in Lisbon, CA$220 in Toronto." in text
+    assert "[Business Expenses Policy › Spending limits]" in text
+    assert "distributed company" not in text  # a sentence sharing no words with the question
+    assert text.count("Remote and Hybrid Work Policy › Working from abroad") == 1  # heading line skipped
+
+
+async def test_single_part_answer_is_plain_text_with_cite() -> None:
+    question = "Can I work from another country?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"results": [ABROAD]}]))
+
+    assert (answer.text or "").startswith("You may work from another country for up to 30 working days")
+    assert (answer.text or "").endswith("[Remote and Hybrid Work Policy › Working from abroad]")
+
+
+async def test_empty_results_say_it_is_not_in_the_policy() -> None:
+    question = "Can I bring my dog to the office?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"results": [], "note": "no passage above threshold"}]))
+
+    assert answer.text == NOT_IN_POLICY
+    assert "not in the policy" in NOT_IN_POLICY
+
+
+async def test_part_without_results_is_named_as_not_covered() -> None:
+    question = "Can I work from another country and can I bring my dog?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"results": [ABROAD]}, {"results": []}]))
+
+    assert 'I couldn\'t find "Can I bring my dog" in the policy documents' in (answer.text or "")
+    assert "[Remote and Hybrid Work Policy › Working from abroad]" in (answer.text or "")
+
+
+async def test_search_errors_are_reported_honestly() -> None:
+    question = "Can I work from another country?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"error": "index unavailable"}]))
+
+    assert "couldn't search the policy documents" in (answer.text or "")
+    assert "index unavailable" in (answer.text or "")
+    assert "[" not in (answer.text or "")  # no invented cite
+
+
+@pytest.mark.parametrize(
+    ("message", "category", "urgency"),
+    [
+        ("My VPN is not working and I can't work, it's urgent", "network_vpn", "high"),
+        ("I lost my laptop on the train", "security_incident", "high"),
+        ("My laptop was stolen from my car", "security_incident", "high"),
+        ("I'm locked out of my account", "accounts_passwords", "normal"),
+        ("Please raise a ticket: my monitor is broken", "hardware", "normal"),
+        ("We have ransomware on the file server!", "security_incident", "critical"),
+        ("I need access to the finance shared drive, no rush", "access", "low"),
+        ("Outlook keeps crashing", "software", "normal"),
+    ],
+)
+async def test_problem_report_proposes_a_ticket(message: str, category: str, urgency: str) -> None:
+    reply = await ask([SYSTEM, {"role": "user", "content": message}])
+
+    assert reply.text == TICKET_PROPOSAL
+    (call,) = reply.tool_calls
+    assert call.name == "create_it_ticket"
+    arguments = json.loads(call.arguments)
+    assert set(arguments) == {"category", "summary", "urgency", "details"}
+    assert arguments["category"] in TICKET_ENUMS["category"] and arguments["category"] == category
+    assert arguments["urgency"] in TICKET_ENUMS["urgency"] and arguments["urgency"] == urgency
+    assert 0 < len(arguments["summary"]) <= 120 and "\n" not in arguments["summary"]
+    assert "ticket" not in arguments["summary"].lower()
+    assert arguments["details"] == message
+
+
+async def test_policy_question_about_a_problem_searches_instead() -> None:
+    reply = await ask([SYSTEM, {"role": "user", "content": "What should I do if my laptop is stolen?"}])
+
+    assert [call.name for call in reply.tool_calls] == ["search_policies"]
+
+
+async def test_no_ticket_tool_means_no_ticket() -> None:
+    search_only = TOOLS[:1]
+    reply = await ask([SYSTEM, {"role": "user", "content": "My VPN is broken"}], tools=search_only)
+
+    assert [call.name for call in reply.tool_calls] == ["search_policies"]
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (
+            {"ticket_id": "IT-1001", "status": "created", "url": "https://it.example/IT-1001"},
+            "Done: I raised ticket IT-1001",
+        ),
+        ({"status": "cancelled", "note": "cancelled by user"}, "OK, I did not raise a ticket."),
+        ({"error": "helpdesk API down"}, "couldn't raise the ticket"),
+    ],
+)
+async def test_ticket_outcomes_are_reported(result: dict[str, Any], expected: str) -> None:
+    message = "My VPN is broken"
+    first = await ask([SYSTEM, {"role": "user", "content": message}])
+
+    answer = await ask(with_results(message, first, [result]))
+
+    assert answer.tool_calls == ()
+    assert expected in (answer.text or "")
+    if "error" in result:
+        assert "helpdesk will follow up" in (answer.text or "")
+
+
+async def test_results_always_end_the_run_with_an_answer() -> None:
+    question = "Can I work from another country?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    history = [
+        *with_results(question, first, [{"error": "unknown tool"}]),
+    ]
+
+    for _ in range(3):  # asked again with the same history, it still answers rather than calling tools
+        reply = await ask(history)
+        assert reply.tool_calls == () and reply.finish_reason == "stop"
+
+
+async def test_a_new_question_after_an_answer_gets_fresh_call_ids() -> None:
+    question = "Can I work from another country?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    history = with_results(question, first, [{"results": [ABROAD]}])
+    history.append((await ask(history)).as_message())
+    history.append({"role": "user", "content": question})
+
+    again = await ask(history)
+
+    assert [call.name for call in again.tool_calls] == ["search_policies"]
+    assert again.tool_calls[0].id != first.tool_calls[0].id
+
+
+async def test_compaction_returns_a_bounded_extractive_summary() -> None:
+    question = "Can I work from another country?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    history = with_results(question, first, [{"results": [ABROAD]}])
+    history.append((await ask(history)).as_message())
+    history += [{"role": "user", "content": "My VPN is broken"}]
+    compaction = [
+        {"role": "system", "content": f"{COMPACTION_PREFIX} into a short summary."},
+        {"role": "user", "content": json.dumps(history)},
+    ]
+
+    summary = await ask(compaction, tools=[])
+
+    text = summary.text or ""
+    assert summary.tool_calls == ()
+    assert "- Asked: Can I work from another country?; My VPN is broken" in text
+    assert "search_policies" in text
+    assert "Remote and Hybrid Work Policy › Working from abroad" in text
+    assert len(text) <= 800
+
+
+async def test_compaction_reads_a_plain_transcript() -> None:
+    transcript = (
+        "user: Can I expense a hotel?\n"
+        'assistant: search_policies({"query": "hotel expense"})\n'
+        'tool: {"results": [{"cite": "Business Expenses Policy › Spending limits"}]}\n'
+        "assistant: Up to €150 a night. [Business Expenses Policy › Spending limits]\n"
+        "user: please raise a ticket, my laptop broke\n"
+        'tool: {"ticket_id": "IT-1002", "status": "created"}\n'
+    ) * 20
+    compaction = [{"role": "system", "content": COMPACTION_PREFIX}, {"role": "user", "content": transcript}]
+
+    text = (await ask(compaction, tools=[])).text or ""
+
+    assert "Can I expense a hotel?" in text and "IT-1002" in text
+    assert "Business Expenses Policy › Spending limits" in text
+    assert len(text) <= 800
+
+
+async def test_usage_is_non_zero_and_deterministic() -> None:
+    messages = [SYSTEM, {"role": "user", "content": "Can I work from abroad and what is the hotel limit?"}]
+
+    first, second = await ask(messages), await ask(messages)
+
+    assert first == second
+    assert first.model == NAME
+    assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
+    assert first.usage.input_tokens == -(-len(json.dumps([*messages, *TOOLS], ensure_ascii=False)) // 4)
+
+
+async def test_max_tokens_truncates_the_text() -> None:
+    question = "Can I work from another country?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    history = with_results(question, first, [{"results": [ABROAD]}])
+
+    short = await ask(history, max_tokens=5)
+
+    assert short.finish_reason == "length"
+    assert short.text is not None and len(short.text) <= 20
+    assert short.usage.output_tokens <= 5
+
+
+async def test_small_talk_gets_a_reply_without_tools() -> None:
+    reply = await ask([SYSTEM, {"role": "user", "content": "thanks!"}])
+
+    assert reply.tool_calls == () and "welcome" in (reply.text or "")
+
+
+async def test_a_result_cut_short_by_the_agent_is_still_read() -> None:
+    question = "What is the hotel limit per night?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    whole = json.dumps({"results": [HOTEL, ABROAD]}, ensure_ascii=False)
+    cut = whole[: len(whole) - 60] + "\n…[truncated: 60 more characters]"
+    history = with_results(question, first, [{}])
+    history[-1]["content"] = cut
+
+    answer = await ask(history)
+
+    assert "Hotel per night: €150 in Lisbon, CA$220 in Toronto. [Business Expenses Policy › Spending limits]" in (
+        answer.text or ""
+    )
+
+
+def test_asking_what_an_error_code_means_is_a_question_not_a_problem_report():
+    from bot.models.offline.planning import is_problem_report
+
+    assert not is_problem_report("Can I work from abroad for three weeks, and what does VPN error NG-412 mean?")
+    assert is_problem_report("my vpn shows error NG-809 since this morning")

@@ -1,0 +1,83 @@
+"""The store's handoff tables on SQLite and PostgreSQL: places, one case per origin, conversation reads."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.helpdesk.cases import Helpdesk, case_number
+from bot.pending import PendingActions
+from bot.store.records import Place
+from bot.store.store import Store
+from bot.types import UserRef
+
+KEY = "teams:tenant-1:19:general@thread.tacv2;messageid=1700001:1700001"
+ALICE = UserRef("aad-alice", "Alice", "alice@example.com")
+
+
+async def test_the_first_place_of_a_conversation_wins(store: Store) -> None:
+    first = Place(KEY, "teams", "tenant-1", "19:general@thread.tacv2", "1700001", "https://teams.example/l/1")
+    await store.remember_place(first)
+    await store.remember_place(Place(KEY, "teams", "tenant-1", "other", "2", None))
+    assert await store.get_place(KEY) == first
+    assert await store.get_place("slack:T:C:1") is None
+
+
+async def test_a_case_reads_where_the_conversation_lives_and_its_runs_in_order(store: Store) -> None:
+    await store.remember_place(Place(KEY, "teams", "tenant-1", "19:general@thread.tacv2", "1700001", "https://l/1"))
+    for n in range(3):
+        await store.start_run(f"run_{n}", KEY, "teams", ALICE.id, f"question {n}", "gpt-4o-mini", "host:1")
+        trace = [{"kind": "model", "name": "gpt-4o-mini", "text": f"answer {n}"}]
+        await store.finish_run(
+            f"run_{n}",
+            reason="answered",
+            steps=1,
+            input_tokens=10,
+            output_tokens=5,
+            cost_usd=0.0,
+            latency_ms=5,
+            trace=trace,
+        )
+    case = await Helpdesk(store, ["teams"]).open_case(
+        origin="run:run_2",
+        reason="no_progress",
+        user=ALICE,
+        conversation_key=KEY,
+        question="question 2",
+        run_id="run_2",
+    )
+    assert (case.platform, case.channel, case.thread, case.link) == (
+        "teams",
+        "19:general@thread.tacv2",
+        "1700001",
+        "https://l/1",
+    )
+    assert [r["question"] for r in case.transcript["runs"]] == ["question 0", "question 1", "question 2"]
+    assert case.transcript["totals"] == {"runs": 3, "steps": 3, "tokens": 45, "cost_usd": 0.0}
+
+
+async def test_two_processes_opening_the_same_case_get_one_case_and_one_outbox_row(
+    store: Store, second_store: Store
+) -> None:
+    async def open_on(s: Store):
+        return await Helpdesk(s, ["webhook"]).open_case(
+            origin="action:pa_1", reason="ticket_failed", user=ALICE, conversation_key=KEY, question="VPN?"
+        )
+
+    cases = await asyncio.gather(*(open_on(store if n % 2 else second_store) for n in range(6)))
+    (case_id,) = {c.case_id for c in cases}  # one case; its number may skip one a loser drew on PostgreSQL
+    assert len(await store.deliveries([case_number(case_id)])) == 1
+    assert len(await store.list_handoffs()) == 1
+
+
+async def test_a_case_about_an_action_keeps_that_action_in_a_long_conversation(store: Store) -> None:
+    pending = PendingActions(store)
+    for n in range(52):  # a long-lived thread: more proposals than a transcript keeps
+        last = await pending.propose(
+            run_id=f"run_{n}", conversation_key=KEY, requester=ALICE.id, tool="create_it_ticket", call_id=f"c{n}",
+            arguments={"summary": f"ticket {n}"}, text=f"Create ticket {n}?", run_state={},
+        )  # fmt: skip
+    case = await Helpdesk(store).open_case(
+        origin=f"action:{last.id}", reason="ticket_failed", user=ALICE, conversation_key=KEY, question="ticket 51"
+    )
+    actions = [a["arguments"]["summary"] for a in case.transcript["actions"]]
+    assert len(actions) == 50 and actions[-1] == "ticket 51" and actions[0] == "ticket 2"

@@ -1,0 +1,231 @@
+"""Alembic migrations: an empty database upgraded to head has exactly the models' schema, on both engines."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import JSON, Integer, String, column, select, table, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from bot.store import migrate
+from bot.store.columns import UtcDateTime, utcnow
+from bot.store.store import Store
+from bot.store.tables import Base
+from tests.databases import Database
+
+
+def _engine(database: Database) -> AsyncEngine:
+    return create_async_engine(database.url, connect_args=database.connect_args)
+
+
+def _differences(connection: Connection) -> list[Any]:
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    return list(compare_metadata(context, Base.metadata))
+
+
+async def _run(engine: AsyncEngine, work: Any) -> Any:
+    async with engine.begin() as conn:
+        return await conn.run_sync(work)
+
+
+def _to(revision: str) -> Any:
+    def move(connection: Connection) -> None:
+        config = migrate.alembic_config()
+        config.attributes["connection"] = connection
+        if revision == "base":
+            command.downgrade(config, "base")
+        else:
+            command.upgrade(config, revision)
+
+    return move
+
+
+async def test_an_empty_database_upgraded_to_head_matches_the_models(database: Database):
+    engine = _engine(database)
+    try:
+        before = await migrate.upgrade(engine)
+        after = await migrate.schema_state(engine)
+        differences = await _run(engine, _differences)
+    finally:
+        await engine.dispose()
+    assert before.empty and before.current is None
+    assert after.at_head and after.current == migrate.head_revision()
+    assert differences == []
+
+
+async def test_every_migration_goes_down_to_nothing_and_back_up(database: Database):
+    engine = _engine(database)
+    try:
+        await migrate.upgrade(engine)
+        await _run(engine, _to("base"))
+        emptied = await migrate.schema_state(engine)
+        await _run(engine, _to("head"))
+        differences = await _run(engine, _differences)
+    finally:
+        await engine.dispose()
+    assert emptied.empty and emptied.current is None
+    assert differences == []
+
+
+async def test_a_database_made_before_migrations_is_adopted_and_upgraded(database: Database):
+    engine = _engine(database)
+    try:
+        await _run(engine, _to(migrate.BASELINE))
+        async with engine.begin() as conn:  # what create_all left: the tables, no version table
+            await conn.execute(text("DROP TABLE alembic_version"))
+        assert (await migrate.schema_state(engine)).unversioned
+        store = await Store.open(database.url, connect_args=database.connect_args, schema="upgrade")
+        await store.close()
+        differences = await _run(engine, _differences)
+        after = await migrate.schema_state(engine)
+    finally:
+        await engine.dispose()
+    assert after.at_head and differences == []
+
+
+@pytest.mark.postgres
+async def test_postgres_is_not_upgraded_behind_the_operators_back(database: Database):
+    if database.url.startswith("sqlite"):
+        pytest.skip("the embedded SQLite default upgrades itself")
+    with pytest.raises(migrate.DatabaseNotReady, match="run `policypal db upgrade` once"):
+        await Store.open(database.url, connect_args=database.connect_args)
+    engine = _engine(database)
+    try:
+        await _run(engine, _to(migrate.BASELINE))
+        with pytest.raises(migrate.DatabaseNotReady, match=f"at revision {migrate.BASELINE}; this release needs"):
+            await Store.open(database.url, connect_args=database.connect_args)
+        await migrate.upgrade(engine)
+    finally:
+        await engine.dispose()
+    store = await Store.open(database.url, connect_args=database.connect_args)
+    await store.close()
+
+
+async def test_the_embedded_default_upgrades_itself_when_opened(tmp_path):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'policypal.db'}"
+    store = await Store.open(url)
+    await store.close()
+    engine = create_async_engine(url)
+    try:
+        assert (await migrate.schema_state(engine)).at_head
+    finally:
+        await engine.dispose()
+
+
+def test_a_revision_this_release_does_not_know_is_refused_with_advice():
+    state = migrate.SchemaState("9999_future", migrate.head_revision(), frozenset({"0001_baseline"}), frozenset())
+    message = migrate.problem(state, "postgresql+asyncpg://bot:s3cret@db/policypal")
+    assert message is not None and "does not know" in message and "s3cret" not in message
+
+
+async def test_a_partial_schema_from_a_pre_release_build_is_refused_with_advice_not_a_traceback(tmp_path):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'policypal.db'}"
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda sync: Base.metadata.tables["thread_places"].create(sync))
+    finally:
+        await engine.dispose()
+    with pytest.raises(migrate.DatabaseNotReady, match=r"no migration history .*Move it aside"):
+        await Store.open(url)
+
+
+def _down_to(revision: str) -> Any:
+    def move(connection: Connection) -> None:
+        config = migrate.alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+    return move
+
+
+_CONVERSATIONS = table(
+    "conversations", column("key", String), column("messages", JSON), column("updated_at", UtcDateTime)
+)
+
+
+async def test_thread_history_moves_to_appended_entries_and_back(database: Database):
+    key = "slack:T1:C1:1.0"
+    before = [{"role": "user", "content": "Où est la politique VPN ?"}, {"role": "assistant", "content": "Ici."}]
+    later = [{"role": "user", "content": "Merci"}, {"role": "assistant", "content": "De rien."}]
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0002_serve"))
+        async with engine.begin() as conn:
+            await conn.execute(_CONVERSATIONS.insert().values(key=key, messages=before, updated_at=utcnow()))
+        store = await database.open()  # upgrades to head
+        upgraded = await store.load_history(key)
+        await store.append_history(key, later)
+        await _run(engine, _down_to("0002_serve"))
+        async with engine.connect() as conn:
+            folded = (await conn.execute(select(_CONVERSATIONS.c.messages))).scalars().all()
+    finally:
+        await engine.dispose()
+    assert upgraded == before
+    assert folded == [before + later]
+
+
+_DELIVERIES = table(
+    "handoff_deliveries",
+    column("case_number", Integer),
+    column("destination", String),
+    column("state", String),
+    column("attempts", Integer),
+    column("next_attempt_at", UtcDateTime),
+    column("created_at", UtcDateTime),
+)
+
+
+async def test_outbox_rows_written_before_delivery_keys_each_get_their_own(database: Database):
+    now = utcnow()
+    rows = [
+        {"case_number": 1, "destination": name, "state": "pending", "attempts": 0, "next_attempt_at": now,
+         "created_at": now}
+        for name in ("webhook", "email")
+    ]  # fmt: skip
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0003_history_entries"))
+        async with engine.begin() as conn:
+            await conn.execute(_DELIVERIES.insert(), rows)
+        store = await database.open()  # upgrades to head
+        keys = [row.idempotency_key for row in await store.deliveries([1])]
+        await _run(engine, _down_to("0003_history_entries"))
+        async with engine.connect() as conn:
+            left = (await conn.execute(select(_DELIVERIES.c.destination))).scalars().all()
+    finally:
+        await engine.dispose()
+    assert len(set(keys)) == 2 and all(uuid.UUID(key) for key in keys)
+    assert sorted(left) == ["email", "webhook"]
+
+
+async def test_an_upgrade_that_fails_half_way_leaves_nothing_behind_and_can_be_run_again(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+):
+    now = utcnow()
+    row = {"case_number": 1, "destination": "email", "state": "pending", "attempts": 0, "next_attempt_at": now,
+           "created_at": now}  # fmt: skip
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0003_history_entries"))
+        async with engine.begin() as conn:
+            await conn.execute(_DELIVERIES.insert(), [row])
+
+        def crash() -> uuid.UUID:  # 0004 fails after adding its column, before moving the version
+            raise RuntimeError("killed mid-upgrade")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(uuid, "uuid4", crash)
+            with pytest.raises(RuntimeError, match="killed mid-upgrade"):
+                await migrate.upgrade(engine)
+        assert (await migrate.schema_state(engine)).current == "0003_history_entries"
+        await migrate.upgrade(engine)  # was: "duplicate column name: idempotency_key", for good
+        assert (await migrate.schema_state(engine)).at_head
+    finally:
+        await engine.dispose()

@@ -1,0 +1,281 @@
+"""Ticket backends through their real clients against local servers that implement the documented APIs."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from bot.config import ConfigError, Settings
+from bot.delivery.http_json import SIGNATURE_HEADER, HttpPolicy
+from bot.tickets.base import LocalTickets, TicketError, TicketRequest
+from bot.tickets.remote import JiraServiceDesk, ServiceNowIncidents, WebhookTickets, build_ticket_backend
+from bot.types import UserRef
+from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow, FakeWebhook, slow, stall, status
+
+FAST = HttpPolicy(timeout_s=0.3, attempts=3, backoff_s=0.01)
+ALICE = UserRef("U_ALICE", "Alice", "alice@example.com")
+
+
+def request(key: str = "pa_0123456789abcdef") -> TicketRequest:
+    return TicketRequest(
+        category="network_vpn",
+        summary="VPN fails with NG-809",
+        urgency="high",
+        details="Since this morning, on the office wifi.",
+        requester=ALICE,
+        idempotency_key=key,
+    )
+
+
+def jira_client(jira: FakeJira, *, request_type: str = "25", token: str | None = None) -> JiraServiceDesk:
+    return JiraServiceDesk(jira.url, jira.email, token or jira.token, jira.desk, request_type, FAST)
+
+
+# --- Jira Service Management ----------------------------------------------------------------------
+
+
+async def test_jira_creates_a_customer_request_with_basic_auth_and_the_documented_body():
+    async with FakeJira() as jira:
+        client = jira_client(jira)
+        ticket = await client.create(request())
+        await client.aclose()
+    (sent,) = jira.requests
+    assert (sent.method, sent.path) == ("POST", "/rest/servicedeskapi/request")
+    expected = base64.b64encode(f"{jira.email}:{jira.token}".encode()).decode()
+    assert sent.headers["authorization"] == f"Basic {expected}"
+    body = sent.json
+    assert (body["serviceDeskId"], body["requestTypeId"]) == ("10", "25")
+    assert body["requestFieldValues"]["summary"] == "VPN fails with NG-809"
+    description = body["requestFieldValues"]["description"]
+    assert "Since this morning" in description and "alice@example.com" in description
+    assert "PolicyPal request id: pa_0123456789abcdef" in description
+    assert ticket.id == "HELP-1"
+    assert ticket.url == f"{jira.url}/servicedesk/customer/portal/1/HELP-1"
+
+
+async def test_jira_validation_error_quotes_jiras_message_and_is_not_retried():
+    async with FakeJira() as jira:
+        client = jira_client(jira, request_type="99")
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "validation"
+    assert "(400): The request type you are trying to use does not exist." in str(caught.value)
+    assert len(jira.requests) == 1
+
+
+async def test_jira_bad_credentials_are_an_auth_error_with_jiras_plain_text():
+    async with FakeJira() as jira:
+        client = jira_client(jira, token="wrong-token")
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "auth"
+    assert "refused our credentials (401): Client must be authenticated" in str(caught.value)
+
+
+async def test_jira_5xx_then_success_checks_for_the_request_then_creates_exactly_one():
+    async with FakeJira() as jira:
+        jira.script(status(503, {"errorMessage": "Service temporarily unavailable"}))
+        client = jira_client(jira)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert [(r.method, r.path) for r in jira.requests] == [
+        ("POST", "/rest/servicedeskapi/request"),
+        ("GET", "/rest/api/3/search/jql"),
+        ("POST", "/rest/servicedeskapi/request"),
+    ]
+    assert jira.requests[1].query["jql"].startswith('text ~ "pa_0123456789abcdef"')
+    assert ticket.id == "HELP-1" and len(jira.created) == 1
+
+
+async def test_jira_timeouts_end_in_a_timeout_error_after_every_attempt():
+    async with FakeJira() as jira:
+        jira.script(stall(1), stall(1), stall(1))
+        client = jira_client(jira)
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "timeout"
+    assert "did not answer within 0.3 s" in str(caught.value)
+    assert len(jira.to("POST")) == 3 and jira.created == []
+
+
+async def test_jira_retry_after_a_timeout_finds_the_request_instead_of_creating_a_second():
+    async with FakeJira() as jira:
+        jira.script(slow(1.0))  # Jira creates the request but answers after our timeout
+        client = jira_client(jira)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert ticket.id == "HELP-1"
+    assert len(jira.to("POST")) == 1 and len(jira.created) == 1
+    assert ticket.url == f"{jira.url}/browse/HELP-1"
+
+
+# --- ServiceNow --------------------------------------------------------------------------------
+
+
+async def test_servicenow_creates_an_incident_with_basic_auth_and_the_table_api_fields():
+    async with FakeServiceNow() as sn:
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    (sent,) = sn.requests
+    assert (sent.method, sent.path) == ("POST", "/api/now/table/incident")
+    expected = base64.b64encode(f"{sn.user}:{sn.password}".encode()).decode()
+    assert sent.headers["authorization"] == f"Basic {expected}"
+    body = sent.json
+    assert body["short_description"] == "VPN fails with NG-809"
+    assert "Since this morning" in body["description"]
+    assert (body["urgency"], body["category"], body["caller_id"]) == ("1", "network", "alice@example.com")
+    assert body["correlation_id"] == "pa_0123456789abcdef"
+    assert ticket.id == "INC0010001"
+    assert ticket.url.startswith(f"{sn.url}/nav_to.do?uri=incident.do%3Fsys_id%3D")
+
+
+async def test_servicenow_accepts_an_oauth_bearer_token():
+    async with FakeServiceNow(token="sn-oauth-token-abcdef") as sn:
+        client = ServiceNowIncidents(sn.url, token="sn-oauth-token-abcdef", policy=FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert sn.requests[0].headers["authorization"] == "Bearer sn-oauth-token-abcdef"
+    assert ticket.id == "INC0010001"
+
+
+async def test_servicenow_4xx_quotes_its_error_message_and_detail():
+    body = {"error": {"message": "Operation Failed", "detail": "Invalid category"}, "status": "failure"}
+    async with FakeServiceNow() as sn:
+        sn.script(status(403, body))
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "auth"
+    assert str(caught.value) == "ServiceNow refused our credentials (403): Operation Failed: Invalid category"
+
+
+async def test_servicenow_wrong_password_is_reported_as_such():
+    async with FakeServiceNow() as sn:
+        client = ServiceNowIncidents(sn.url, user=sn.user, password="nope", policy=FAST)
+        with pytest.raises(TicketError, match="User Not Authenticated: Required to provide Auth information"):
+            await client.create(request())
+        await client.aclose()
+
+
+async def test_servicenow_5xx_then_success_creates_one_incident():
+    async with FakeServiceNow() as sn:
+        sn.script(status(500, {"error": {"message": "Internal error"}, "status": "failure"}))
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    methods = [r.method for r in sn.requests]
+    assert methods == ["POST", "GET", "POST"]
+    assert sn.requests[1].query["sysparm_query"] == "correlation_id=pa_0123456789abcdef"
+    assert ticket.id == "INC0010001" and len(sn.incidents) == 1
+
+
+async def test_servicenow_timeouts_end_in_a_timeout_error():
+    async with FakeServiceNow() as sn:
+        sn.script(stall(1), stall(1), stall(1))
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "timeout" and sn.incidents == []
+
+
+async def test_servicenow_retry_after_a_timeout_finds_the_incident_by_correlation_id():
+    async with FakeServiceNow() as sn:
+        sn.script(slow(1.0))
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert len(sn.to("POST")) == 1 and len(sn.incidents) == 1
+    assert ticket.id == sn.incidents[0]["number"]
+
+
+# --- signed webhook ----------------------------------------------------------------------------
+
+
+async def test_webhook_posts_a_signed_body_with_the_idempotency_key():
+    async with FakeWebhook() as hook:
+        client = WebhookTickets(f"{hook.url}/tickets", hook.secret, FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    (sent,) = hook.requests
+    assert (sent.method, sent.path) == ("POST", "/tickets")
+    assert sent.headers["idempotency-key"] == "pa_0123456789abcdef"
+    assert sent.headers[SIGNATURE_HEADER.lower()].startswith("sha256=")
+    assert sent.json["summary"] == "VPN fails with NG-809"
+    assert sent.json["requester"] == {"id": "U_ALICE", "name": "Alice", "email": "alice@example.com"}
+    assert (ticket.id, ticket.url) == ("WH-1", f"{hook.url}/t/WH-1")
+
+
+async def test_webhook_with_the_wrong_secret_is_refused():
+    async with FakeWebhook() as hook:
+        client = WebhookTickets(hook.url, "not-the-secret", FAST)
+        with pytest.raises(TicketError, match=r"refused our credentials \(401\): bad signature"):
+            await client.create(request())
+        await client.aclose()
+
+
+async def test_webhook_4xx_quotes_the_receivers_error():
+    async with FakeWebhook() as hook:
+        hook.script(status(422, {"error": "summary must not mention passwords"}))
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        with pytest.raises(TicketError, match=r"rejected the request \(422\): summary must not mention passwords"):
+            await client.create(request())
+        await client.aclose()
+
+
+async def test_webhook_5xx_then_success():
+    async with FakeWebhook() as hook:
+        hook.script(status(502, "Bad Gateway"))
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert ticket.id == "WH-1" and len(hook.requests) == 2
+
+
+async def test_webhook_timeout_is_a_timeout_error():
+    async with FakeWebhook() as hook:
+        hook.script(stall(1), stall(1), stall(1))
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "timeout"
+
+
+async def test_webhook_retry_after_a_timeout_resends_the_same_key_and_the_receiver_dedupes():
+    async with FakeWebhook() as hook:
+        hook.script(slow(1.0))
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    keys = [r.headers["idempotency-key"] for r in hook.requests]
+    assert keys == ["pa_0123456789abcdef"] * 2
+    assert ticket.id == "WH-1" and len(hook.accepted) == 1
+
+
+# --- local and configuration ------------------------------------------------------------------
+
+
+async def test_local_tickets_have_readable_ids_and_one_ticket_per_key(store):
+    local = LocalTickets(store)
+    first = await local.create(request("key-1"))
+    again = await local.create(request("key-1"))
+    second = await local.create(request("key-2"))
+    assert (first.id, again.id, second.id) == ("IT-1001", "IT-1001", "IT-1002")
+    assert await store.count_tickets() == 2
+
+
+async def test_an_incomplete_backend_configuration_is_refused_at_start(store):
+    settings = Settings(_env_file=None, tickets="jira", jira_url="https://acme.atlassian.net")  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="POLICYPAL_JIRA_EMAIL, POLICYPAL_JIRA_API_TOKEN"):
+        build_ticket_backend(settings, store)
+    settings = Settings(_env_file=None, tickets="servicenow", servicenow_url="https://acme.service-now.com")  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="POLICYPAL_SERVICENOW_TOKEN"):
+        build_ticket_backend(settings, store)
+    assert isinstance(build_ticket_backend(Settings(_env_file=None), store), LocalTickets)  # type: ignore[call-arg]

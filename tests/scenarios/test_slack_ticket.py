@@ -1,0 +1,238 @@
+"""The ticket card in Slack: posted in the thread, decided only by its requester, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from adapters.slack.blocks import CANCEL, CONFIRM
+from bot.store.columns import utcnow
+from tests.adapters.slack.test_app import ALICE, BOB, SlackRig, running_slack
+from tests.fakes.openai_server import FakeOpenAI, delay, text, tool_calls
+from tests.fakes.slack_api import SlackCall, dm_event, event_envelope, mention_event
+
+pytestmark = pytest.mark.asyncio
+
+TICKET = {"category": "network_vpn", "summary": "NorthGate VPN fails with NG-809", "urgency": "high"}
+OTHER_TICKET = {"category": "hardware", "summary": "Replace my laptop", "urgency": "critical"}
+
+
+@pytest_asyncio.fixture
+async def slack(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SlackRig]:
+    async for rig in running_slack(tmp_path, fake_openai, monkeypatch):
+        yield rig
+
+
+def propose(arguments: dict[str, Any] = TICKET) -> Any:
+    return tool_calls(("create_it_ticket", arguments), content="I can raise a ticket for this. Please confirm.")
+
+
+async def post_card(rig: SlackRig, *turns: Any) -> tuple[SlackCall, dict[str, Any]]:
+    """Ask in a channel thread; the card message and the event that started the thread."""
+    rig.model.script(propose(), *turns)
+    event = mention_event(ALICE, "<@UBOT> my VPN says NG-809, please open a ticket")
+    await rig.send(event_envelope(event))
+    (card,) = await rig.replies()
+    await stored_where_posted(rig)  # stored just after chat.postMessage returns; no one clicks faster
+    return card, event
+
+
+async def stored_where_posted(rig: SlackRig) -> None:
+    for _ in range(100):
+        pending = await rig.service.store.find_pending("open")
+        if pending and pending[0].platform_message:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the card's message was never stored with its pending action")
+
+
+def button(card: SlackCall, action_id: str) -> str:
+    return next(
+        e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"] if e["action_id"] == action_id
+    )
+
+
+def context_text(call: SlackCall) -> str:
+    return " ".join(e["text"] for b in call.blocks if b["type"] == "context" for e in b["elements"])
+
+
+async def click(rig: SlackRig, user: str, action_id: str, card: SlackCall, event: dict[str, Any]) -> None:
+    status, _, ack_s = await rig.click(user, action_id, button(card, action_id), message_ts="1700000001.000100",
+                                       thread_ts=event["ts"])  # fmt: skip
+    assert status == 200 and ack_s < 0.5
+
+
+async def final_update(rig: SlackRig, count: int = 1) -> SlackCall:
+    """The last chat.update once ``count`` card updates showing a decision (no buttons) have arrived."""
+    updates = await rig.slack.wait_for("chat.update", count, where=lambda c: "clicked" not in context_text(c))
+    return updates[-1]
+
+
+async def test_a_proposed_ticket_is_a_card_in_the_thread_with_the_exact_fields(slack: SlackRig):
+    card, event = await post_card(slack)
+    assert (card["channel"], card["thread_ts"]) == ("C0GENERAL", event["ts"])
+    fields = next(b for b in card.blocks if "fields" in b)["fields"]
+    assert [f["text"] for f in fields] == [
+        "Category: network_vpn",
+        "Summary: NorthGate VPN fails with NG-809",
+        "Urgency: high",
+    ]
+    (record,) = await slack.service.store.find_pending("open")
+    assert button(card, CONFIRM) == button(card, CANCEL) == f"{record.id}:{record.args_hash}"
+    assert record.platform_message == {"platform": "slack", "channel": "C0GENERAL", "ts": "1700000001.000100",
+                                       "thread_ts": event["ts"]}  # fmt: skip
+    assert "Only <@U_ALICE> can confirm this" in context_text(card)
+
+
+async def test_confirm_by_the_requester_creates_the_frozen_ticket_updates_the_card_and_replies(slack: SlackRig):
+    # After the click the model would ask for another ticket: only the frozen arguments may be used.
+    card, event = await post_card(slack, text("Done: ticket IT-1001 is open."))
+    await click(slack, ALICE, CONFIRM, card, event)
+    update = await final_update(slack)
+    replies = await slack.replies(2)
+    ticket = await slack.service.store.get_ticket(1)
+    assert {k: ticket[k] for k in TICKET} == TICKET
+    assert ticket["requester_name"] == "alice"  # from users.info
+    assert update["channel"] == "C0GENERAL" and update["ts"] == "1700000001.000100"
+    assert all(b["type"] != "actions" for b in update.blocks)  # the buttons are gone
+    line = context_text(update)
+    assert "Confirmed by <@U_ALICE> at" in line and "*IT-1001*" in line
+    assert replies[1]["thread_ts"] == event["ts"] and "Done: ticket IT-1001 is open." in replies[1].block_text
+    slack.model.assert_script_consumed()
+
+
+async def test_the_card_shows_the_ticket_id_while_a_slow_model_is_still_writing(slack: SlackRig):
+    card, event = await post_card(slack, delay(3.0, text("Done: ticket IT-1001 is open.")))
+    await click(slack, ALICE, CONFIRM, card, event)
+    update = await asyncio.wait_for(final_update(slack), 2.0)  # well before the model's 3 s
+    assert "*IT-1001*" in context_text(update)
+    assert len(slack.slack.calls_to("chat.postMessage")) == 1  # only the card: the reply is still coming
+    replies = await slack.replies(2)
+    assert "Done: ticket IT-1001 is open." in replies[1].block_text
+
+
+async def test_the_card_loses_its_buttons_at_once_while_the_decision_runs(slack: SlackRig):
+    card, event = await post_card(slack, text("Done."))
+    await click(slack, ALICE, CONFIRM, card, event)
+    first, *_ = await slack.slack.wait_for("chat.update")
+    assert "<@U_ALICE> clicked Confirm" in context_text(first)
+    assert all(b["type"] != "actions" for b in first.blocks)
+    await final_update(slack)
+
+
+async def test_a_click_by_another_user_is_refused_privately_and_changes_nothing(slack: SlackRig):
+    card, event = await post_card(slack)
+    await click(slack, BOB, CONFIRM, card, event)
+    (note,) = await slack.slack.wait_for("chat.postEphemeral")
+    assert (note["user"], note["text"]) == (BOB, "Only <@U_ALICE> can confirm this.")
+    assert note["thread_ts"] == event["ts"]
+    (record,) = await slack.service.store.find_pending("open")
+    assert record.decider is None
+    assert await slack.service.store.count_tickets() == 0
+    assert slack.slack.calls_to("chat.update") == []
+
+
+async def test_cancel_updates_the_card_and_creates_nothing(slack: SlackRig):
+    card, event = await post_card(slack, text("OK, no ticket."))
+    await click(slack, ALICE, CANCEL, card, event)
+    update = await final_update(slack)
+    await slack.replies(2)
+    assert "Cancelled by <@U_ALICE>" in context_text(update)
+    assert await slack.service.store.count_tickets() == 0
+
+
+async def test_a_double_click_creates_one_ticket(slack: SlackRig):
+    card, event = await post_card(slack, text("Ticket raised."))
+    await asyncio.gather(click(slack, ALICE, CONFIRM, card, event), click(slack, ALICE, CONFIRM, card, event))
+    await slack.replies(2)
+    (note,) = await slack.slack.wait_for("chat.postEphemeral")
+    assert note["text"].startswith("Already confirmed by <@U_ALICE>")
+    assert "*IT-1001*" in context_text(await final_update(slack))
+    assert await slack.service.store.count_tickets() == 1
+    await asyncio.sleep(0.2)
+    assert len(slack.slack.calls_to("chat.postMessage")) == 2  # the card and one final reply
+    slack.model.assert_script_consumed()
+
+
+async def test_a_click_after_the_decision_says_so_and_shows_the_decided_card(slack: SlackRig):
+    card, event = await post_card(slack, text("Ticket raised."))
+    await click(slack, ALICE, CONFIRM, card, event)
+    await slack.replies(2)
+    await click(slack, ALICE, CANCEL, card, event)
+    (note,) = await slack.slack.wait_for("chat.postEphemeral")
+    assert note["text"].startswith("Already confirmed by <@U_ALICE> at ")
+    update = await final_update(slack, 2)
+    assert "*IT-1001*" in context_text(update)
+    assert await slack.service.store.count_tickets() == 1
+
+
+async def test_an_expired_card_says_so_and_is_updated(slack: SlackRig):
+    card, event = await post_card(slack)
+    (record,) = await slack.service.store.find_pending("open")
+    await slack.service.store.update_pending(record.id, expires_at=utcnow() - timedelta(minutes=1))
+    await click(slack, ALICE, CONFIRM, card, event)
+    (note,) = await slack.slack.wait_for("chat.postEphemeral")
+    assert note["text"].startswith("This request expired at")
+    update = await final_update(slack)
+    assert "Expired at" in context_text(update) and all(b["type"] != "actions" for b in update.blocks)
+    assert await slack.service.store.count_tickets() == 0
+
+
+async def test_a_button_whose_hash_does_not_match_the_frozen_call_does_nothing(slack: SlackRig):
+    card, event = await post_card(slack)
+    pending_id = button(card, CONFIRM).split(":")[0]
+    await slack.click(ALICE, CONFIRM, f"{pending_id}:{'0' * 32}", thread_ts=event["ts"])
+    (note,) = await slack.slack.wait_for("chat.postEphemeral")
+    assert "does not match" in note["text"]
+    restored = (await slack.slack.wait_for("chat.update", 2))[-1]
+    assert button(restored, CONFIRM) == button(card, CONFIRM)  # the real buttons are back
+    assert await slack.service.store.count_tickets() == 0
+
+
+async def test_a_card_in_a_dm_thread_works_the_same(slack: SlackRig):
+    slack.model.script(propose(), text("Done."))
+    event = dm_event(ALICE, "please open a VPN ticket")
+    await slack.send(event_envelope(event))
+    (card,) = await slack.replies()
+    status, _, _ = await slack.click(ALICE, CONFIRM, button(card, CONFIRM), channel="D0ALICE", thread_ts=event["ts"])
+    assert status == 200
+    assert (await slack.replies(2))[1]["channel"] == "D0ALICE"
+    assert await slack.service.store.count_tickets() == 1
+
+
+async def test_a_card_slack_refuses_is_withdrawn_and_handed_to_a_person(slack: SlackRig):
+    slack.slack.fail("chat.postMessage", "invalid_blocks")  # the card is not posted: no one can confirm it
+    slack.model.script(propose())
+    event = mention_event(ALICE, "<@UBOT> my VPN says NG-809, please open a ticket")
+    await slack.send(event_envelope(event))
+    refused, notice = await slack.replies(2)  # the fake records the refused call too
+    assert any(b["type"] == "actions" for b in refused.blocks)
+    assert notice["thread_ts"] == event["ts"] and not any(b["type"] == "actions" for b in notice.blocks)
+    assert "couldn't show you the confirmation" in notice["text"] and "HD-1001" in notice["text"]
+    assert await slack.service.store.find_pending("open") == []
+    (withdrawn,) = await slack.service.store.find_pending("expired")
+    (case,) = await slack.service.store.list_handoffs()
+    assert (case.reason, case.origin) == ("card_not_shown", f"action:{withdrawn.id}")
+    assert await slack.service.store.count_tickets() == 0
+
+
+async def test_a_click_whose_decision_fails_says_so_and_gives_the_card_its_buttons_back(slack: SlackRig, monkeypatch):
+    card, event = await post_card(slack)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("database down")
+
+    monkeypatch.setattr(slack.service, "decide", broken)
+    await click(slack, ALICE, CONFIRM, card, event)
+    _, note = await slack.replies(2)
+    assert note["thread_ts"] == event["ts"] and "Something went wrong" in note["text"]
+    working, restored = await slack.slack.wait_for("chat.update", 2)
+    assert "Working on it" in context_text(working)
+    assert button(restored, CONFIRM) == button(card, CONFIRM)  # the requester can try again
+    assert len(await slack.service.store.find_pending("open")) == 1
