@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from bot.config import Settings
-from bot.runtime.readiness import Readiness
+from bot.runtime import Readiness
 from bot.service import PolicyPal
 
 SERVICE: web.AppKey[PolicyPal] = web.AppKey("service", PolicyPal)

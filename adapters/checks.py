@@ -13,16 +13,16 @@ import asyncio
 import aiohttp
 
 from adapters.destinations import problems as helpdesk_problems
-from bot.config import ConfigError, Settings
+from bot.config import Settings
 from bot.config_check import Check
+from bot.errors import ConfigError
 
 SLACK_TIMEOUT_S = 15.0
 
 
 async def check_slack(settings: Settings) -> list[str]:
     """Slack is off, or fully configured with a bot token Slack accepts."""
-    from adapters.slack.app import slack_credentials, verify_token
-    from adapters.slack.post import web_client
+    from adapters.slack import slack_credentials, verify_token, web_client
 
     try:
         credentials = slack_credentials(settings)
@@ -44,7 +44,7 @@ async def check_slack(settings: Settings) -> list[str]:
 
 async def check_teams(settings: Settings) -> list[str]:
     """Teams is off, or has both halves of its credentials."""
-    from adapters.teams.app import auth_mode
+    from adapters.teams import auth_mode
 
     try:
         auth_mode(settings)

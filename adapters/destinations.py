@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bot.config import ConfigError, Settings
-from bot.helpdesk.cases import Destination
-from bot.helpdesk.destinations import EmailDestination, WebhookDestination
+from bot.config import Settings
+from bot.errors import ConfigError
+from bot.helpdesk import Destination, EmailDestination, WebhookDestination
 
 
 def destinations(settings: Settings) -> list[Destination]:
@@ -44,7 +44,7 @@ def _wanted(settings: Settings) -> list[Callable[[Settings], Destination]]:
 
 
 def _slack(settings: Settings) -> Destination:
-    from adapters.slack.helpdesk import SlackChannelDestination
+    from adapters.slack import SlackChannelDestination
 
     if settings.slack_bot_token is None:
         raise ConfigError("POLICYPAL_HELPDESK_SLACK_CHANNEL needs SLACK_BOT_TOKEN (a bot in that channel)")
@@ -59,12 +59,9 @@ def _teams(settings: Settings) -> Destination:
             "the Teams helpdesk channel needs both POLICYPAL_HELPDESK_TEAMS_SERVICE_URL and "
             "POLICYPAL_HELPDESK_TEAMS_CONVERSATION_ID"
         )
-    try:
-        from adapters.teams.helpdesk import teams_destination
-    except ImportError as exc:
-        raise ConfigError(f"the Teams helpdesk destination is not available in this build: {exc}") from None
-    destination: Destination = teams_destination(settings)
-    return destination
+    from adapters.teams import teams_destination  # botbuilder loads only when Teams is configured
+
+    return teams_destination(settings)
 
 
 def _webhook(settings: Settings) -> Destination:

@@ -20,12 +20,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.agent.budget import Budgets
-from bot.agent.loop import AgentDeps, run_agent
-from bot.agent.pricing import Price
-from bot.agent.state import RunState
-from bot.agent.tools import Consequence, Tool, ToolRegistry
-from bot.store.store import Store
+from bot.agent import AgentDeps, Budgets, Consequence, Price, RunState, Tool, ToolRegistry, run_agent
+from bot.store import Store
 from bot.types import ModelReply, ToolCall, Usage, UserRef
 
 
@@ -106,8 +102,8 @@ async def persistence_ms(runs: int) -> float:
         samples = []
         for n in range(runs):
             start = time.perf_counter()
-            await store.start_run(f"r{n}", "k", "console", "u", "q", "scripted", "bench")
-            await store.finish_run(
+            await store.runs.start(f"r{n}", "k", "console", "u", "q", "scripted", "bench")
+            await store.runs.finish(
                 f"r{n}",
                 reason="answered",
                 steps=5,

@@ -1,12 +1,15 @@
 """Retrieval quality, indexing cost, query latency and memory, against the targets in the issue.
 
-    /work/venv/bin/python benchmarks/retrieval.py [--quick] [--dump-signals FILE]
+    python benchmarks/retrieval.py [--quick] [--corpora DIR] [--dump-signals FILE]
+
+--corpora DIR (default: $POLICYPAL_CORPORA) is the folder holding the real handbooks, 18f-handbook/ and
+sourcegraph-handbook/; a full run needs it, --quick does not.
 
 --dump-signals writes a line per labelled question (floor signals, the first relevant rank at section
 and doc level, the top three hits): the place to start reading misses.
 
 Quality: each labelled question (examples/questions.jsonl, and benchmarks/labels/*.jsonl for the real
-corpora under /work/shared/corpora when present) is answered with k=10. A hit is relevant when its
+corpora under --corpora) is answered with k=10. A hit is relevant when its
 document is a labelled one and the label's heading is contained in the hit's heading path (section
 level), or when only the document matches (doc level); recall@k counts questions with any relevant
 hit in the top k, MRR uses the first relevant rank (0 past 10). "Dense" ranks by the dense vector
@@ -49,18 +52,23 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from retrieval.backends.base import SCROLL_PAGE, Hit, IndexMeta, IndexPoint  # noqa: E402
-from retrieval.backends.edge import EdgeBackend  # noqa: E402
-from retrieval.config import RetrievalConfig  # noqa: E402
-from retrieval.embedding import SPARSE_MODEL, Embedder, Vectors  # noqa: E402
-from retrieval.fusion import CANDIDATES, fuse  # noqa: E402
-from retrieval.index import PolicyIndex, Retrieval  # noqa: E402
+from retrieval import (  # noqa: E402
+    CANDIDATES,
+    SPARSE_MODEL,
+    Embedder,
+    PolicyIndex,
+    Retrieval,
+    RetrievalConfig,
+    Vectors,
+    fuse,
+)
+from retrieval.backends import SCROLL_PAGE, EdgeBackend, Hit, IndexMeta, IndexPoint, point_id  # noqa: E402
 
-CORPORA = Path("/work/shared/corpora")
+CORPORA_VAR = "POLICYPAL_CORPORA"
 SAMPLE = ("sample", REPO / "examples" / "policies", REPO / "examples" / "questions.jsonl")
-REAL = (
-    ("18f", CORPORA / "18f-handbook" / "docs", REPO / "benchmarks" / "labels" / "18f.jsonl"),
-    ("sourcegraph", CORPORA / "sourcegraph-handbook" / "docs", REPO / "benchmarks" / "labels" / "sourcegraph.jsonl"),
+REAL = (  # (name, docs folder under --corpora, labels)
+    ("18f", Path("18f-handbook") / "docs", REPO / "benchmarks" / "labels" / "18f.jsonl"),
+    ("sourcegraph", Path("sourcegraph-handbook") / "docs", REPO / "benchmarks" / "labels" / "sourcegraph.jsonl"),
 )
 SIZES = (1_000, 10_000)
 NOISE = 0.02
@@ -166,7 +174,7 @@ def phase_serve(data_dir: Path, labels: list[Path], rounds: int) -> dict[str, An
         index.search("warm-up question about leave")
         vectors = [index.embedder.embed_query(q) for q in questions]
         end_to_end = _timed(lambda q: index.search(q, k=5), questions * rounds)
-        backend = index._backend
+        backend = index._context.backend
         engine = _timed(lambda v: _engine_search(backend, v), vectors * rounds)
         chunks = index.count()
     return {"chunks": chunks, "queries": len(end_to_end), "end_to_end_ms": _percentiles(end_to_end),
@@ -177,7 +185,7 @@ def phase_serve_qdrant_client(data_dir: Path, labels: list[Path]) -> dict[str, A
     """The same engine work on qdrant-client's local mode (pure Python), for comparison."""
     from qdrant_client import QdrantClient
 
-    from retrieval.backends.qdrant import QdrantBackend
+    from retrieval.backends import QdrantBackend
 
     cfg = config(data_dir)
     points = _stored_points(data_dir)
@@ -304,8 +312,6 @@ def _point(record: Any) -> IndexPoint:
 def _noisy_copy(point: IndexPoint, n: int, rng: Any) -> IndexPoint:
     import numpy as np
 
-    from retrieval.backends.base import point_id
-
     dense = np.asarray(point.vectors.dense) + rng.normal(0, NOISE, len(point.vectors.dense))
     dense /= np.linalg.norm(dense)
     doc_id = f"{point.payload.get('doc_id')}#copy{n}"
@@ -350,6 +356,8 @@ def reindex_seconds(corpus: Corpus) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="sample corpus only")
+    parser.add_argument("--corpora", type=Path, metavar="DIR", default=os.environ.get(CORPORA_VAR) or None,
+                        help=f"folder with 18f-handbook/ and sourcegraph-handbook/ (default: ${CORPORA_VAR})")
     parser.add_argument("--dump-signals", type=Path,
                         help="append per question: floor signals, first relevant ranks, top 3 hits (JSON lines)")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
@@ -357,11 +365,23 @@ def main() -> None:
     if args.phase:
         print(json.dumps(dispatch(args.phase)))
         return
+    available = [SAMPLE] if args.quick else [SAMPLE, *real_corpora(parser, args.corpora)]
     work = Path(tempfile.mkdtemp(prefix="policypal-bench-"))
     try:
-        report(work, args.quick, args.dump_signals)
+        report(work, available, args.quick, args.dump_signals)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def real_corpora(parser: argparse.ArgumentParser, corpora: Path | None) -> list[tuple[str, Path, Path]]:
+    """The labelled handbooks under --corpora; a full run without them would report on the sample alone."""
+    if corpora is None:
+        parser.error(f"a full run needs the real handbooks: pass --corpora DIR or set {CORPORA_VAR} (or use --quick)")
+    found = [(name, corpora / docs, labels) for name, docs, labels in REAL]
+    missing = [str(docs) for _name, docs, _labels in found if not docs.is_dir()]
+    if missing:
+        parser.error(f"--corpora {corpora}: no {', '.join(missing)}")
+    return found
 
 
 def dispatch(phase: list[str]) -> dict[str, Any]:
@@ -379,8 +399,7 @@ def dispatch(phase: list[str]) -> dict[str, Any]:
     raise SystemExit(f"unknown phase {name}")
 
 
-def report(work: Path, quick: bool, dump: Path | None) -> None:
-    available = [SAMPLE] if quick else [SAMPLE, *(c for c in REAL if c[1].is_dir())]
+def report(work: Path, available: Sequence[tuple[str, Path, Path]], quick: bool, dump: Path | None) -> None:
     corpora = [Corpus(name, docs, labels, work / name) for name, docs, labels in available]
     print(f"# Retrieval benchmark ({'quick: ' if quick else ''}{', '.join(c.name for c in corpora)})\n")
     indexing = {c.name: run_phase("index", str(c.data_dir), str(c.docs)) for c in corpora}

@@ -12,7 +12,7 @@ peak memory (VmHWM).
                                    [--index-during DIR]
 
 ``--index-during DIR``: the server holds a real embedded index (of examples/policies), and
-``policypal index DIR`` runs through it (adapters/index_socket.py) while the burst arrives, so the
+``policypal index DIR`` runs through it (adapters/server/index_socket.py) while the burst arrives, so the
 acks share the server process with the embedding model.
 """
 
@@ -63,7 +63,7 @@ def serve(port: int, freeze_gc: bool, real_index: bool) -> None:
     """The server under test: settings from the environment, as ``policypal serve`` reads them."""
     from aiohttp import web
 
-    from adapters.server.app import build_app
+    from adapters.server import build_app
     from bot.config import load_settings
     from bot.wiring import open_service
 

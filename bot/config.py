@@ -32,15 +32,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from bot.errors import ConfigError
 from bot.redaction import Redactor
-from retrieval.config import BUNDLED_MODEL, MAX_K, RetrievalConfig
+from retrieval import BUNDLED_MODEL, MAX_K, RetrievalConfig
 
 # The one driver per database that the async store runs on (``bot.store``).
 ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
-
-
-class ConfigError(Exception):
-    """Configuration that cannot work; the message lists every problem found."""
 
 
 def _env(name: str) -> AliasChoices:

@@ -18,11 +18,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bot.agent.pricing import PriceTable, UnknownPrice
-from bot.config import ConfigError, Settings, without_secrets
+from bot.agent import PriceTable
+from bot.config import Settings, without_secrets
+from bot.errors import ConfigError, UnknownPrice
 from bot.identity import GroupMap
-from bot.models.openai import build_model
 from bot.store import migrate
+from bot.tickets import build_ticket_backend
+from bot.wiring import build_model
 
 Check = Callable[[Settings], Awaitable[list[str]]]
 DATABASE_TIMEOUT_S = 10.0
@@ -102,7 +104,7 @@ async def _schema_problems(url: str, where: str, *, sqlite: bool) -> list[str]:
 
 async def check_index(settings: Settings) -> list[str]:
     """The index opens with the configured embedding model (built with the same one, not in use elsewhere)."""
-    from retrieval.index import PolicyIndex  # retrieval loads onnxruntime: only when checked
+    from retrieval import PolicyIndex  # retrieval loads onnxruntime: only when checked
 
     def open_and_close() -> None:
         PolicyIndex.open(settings.retrieval()).close()
@@ -118,8 +120,7 @@ async def check_index(settings: Settings) -> list[str]:
 
 
 def _index_problem(exc: Exception, settings: Settings) -> str:
-    from retrieval.backends.base import PolicyIndexError
-    from retrieval.embedding import EmbeddingError
+    from retrieval import EmbeddingError, PolicyIndexError
 
     if isinstance(exc, PolicyIndexError | EmbeddingError):
         return str(exc)  # retrieval's messages already say what to do
@@ -156,8 +157,6 @@ async def check_tickets(settings: Settings) -> list[str]:
     """A remote ticket system has every setting it needs."""
     if settings.tickets == "local":
         return []
-    from bot.tickets.remote import build_ticket_backend
-
     try:
         backend = build_ticket_backend(settings, None)  # type: ignore[arg-type]  # the store is for "local" only
     except ConfigError as exc:

@@ -43,11 +43,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from bot.agent.canonical import args_hash as compute_args_hash
-from bot.agent.canonical import canonical_json
-from bot.store.columns import utcnow
-from bot.store.records import PendingRecord, PendingState
-from bot.store.store import Store
+from bot import cards
+from bot.agent import args_hash as compute_args_hash
+from bot.agent import canonical_json
+from bot.store import PendingRecord, PendingState, Store, utcnow
 from bot.types import PendingAction
 
 __all__ = ["Decision", "DecisionStatus", "PendingActions", "PendingRecord", "PendingState"]
@@ -61,17 +60,6 @@ DecisionStatus = Literal[
 ]
 
 _TARGET_STATE: dict[str, PendingState] = {"confirm": "executing", "cancel": "cancelled"}
-
-# How a later click describes the state it lost to.
-_DECIDED_AS = {
-    "executing": "confirmed",
-    "done": "confirmed",
-    "failed": "confirmed",
-    "unknown": "confirmed",
-    "cancelled": "cancelled",
-    "expired": "expired",
-}
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -87,10 +75,6 @@ class Decision:
 
 
 _NOT_FOUND = Decision("not_found", None, "This request no longer exists.")
-
-
-def _when(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _freeze(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +126,7 @@ class PendingActions:
             platform_message=None,
             run_state=run_state,
         )
-        await self._store.insert_pending(record)
+        await self._store.pending.insert(record)
         return record.as_action()
 
     async def decide(
@@ -151,7 +135,7 @@ class PendingActions:
         """Apply a click: refuse what must be refused, else win or lose the one transition."""
         if decision not in _TARGET_STATE:
             raise ValueError(f"decision must be 'confirm' or 'cancel', not {decision!r}")
-        record = await self._store.get_pending(pending_id)
+        record = await self._store.pending.get(pending_id)
         if record is None:
             return _NOT_FOUND
         now = self._clock()
@@ -169,7 +153,7 @@ class PendingActions:
         """Record the outcome of the confirmed call: executing (or unknown) -> done | failed."""
         state: PendingState = "done" if ok else "failed"
         # A slow call swept to "unknown" still reports its real result: known beats unknown.
-        won = await self._store.transition(
+        won = await self._store.pending.transition(
             pending_id, ("executing", "unknown"), state, result=result, finished_at=self._clock()
         )
         if not won:
@@ -178,7 +162,7 @@ class PendingActions:
     async def expire_due(self) -> list[PendingRecord]:
         """Expire open actions past their time; returns only those this call expired."""
         now = self._clock()
-        due = await self._store.find_pending("open", expires_by=now)
+        due = await self._store.pending.find("open", expires_by=now)
         return await self._move_all(due, "open", "expired", now)
 
     async def withdraw(self, pending_id: str) -> PendingRecord | None:
@@ -188,35 +172,35 @@ class PendingActions:
         (rather than cancelling) means a card that did arrive after all, despite the error, answers a
         click with "expired" and runs nothing. None when it was decided or gone meanwhile.
         """
-        record = await self._store.get_pending(pending_id)
+        record = await self._store.pending.get(pending_id)
         if record is None or record.state != "open":
             return None
         now = self._clock()
-        if not await self._store.transition(record.id, ("open",), "expired", finished_at=now, expires_at=now):
+        if not await self._store.pending.transition(record.id, ("open",), "expired", finished_at=now, expires_at=now):
             return None
         return dataclasses.replace(record, state="expired", finished_at=now, expires_at=now)
 
     async def mark_stale_executing_unknown(self, older_than: timedelta) -> list[PendingRecord]:
         """Give up on calls executing longer than ``older_than`` (their process died): -> unknown."""
         now = self._clock()
-        stale = await self._store.find_pending("executing", decided_by=now - older_than)
+        stale = await self._store.pending.find("executing", decided_by=now - older_than)
         return await self._move_all(stale, "executing", "unknown", now)
 
     async def set_platform_message(self, pending_id: str, ref: dict[str, Any]) -> None:
         """Remember where the card was posted so it can be updated in place later."""
-        if not await self._store.update_pending(pending_id, platform_message=ref):
+        if not await self._store.pending.update(pending_id, platform_message=ref):
             log.warning("set_platform_message: no pending action %s", pending_id)
 
     async def get(self, pending_id: str) -> PendingRecord | None:
         """The pending action as currently stored."""
-        return await self._store.get_pending(pending_id)
+        return await self._store.pending.get(pending_id)
 
     async def _apply(
         self, record: PendingRecord, actor: str, decision: Literal["confirm", "cancel"], now: datetime
     ) -> Decision:
         target = _TARGET_STATE[decision]
-        ends_here = {"finished_at": now} if target == "cancelled" else {}
-        won = await self._store.transition(
+        ends_here: dict[str, Any] = {"finished_at": now} if target == "cancelled" else {}
+        won = await self._store.pending.transition(
             record.id, ("open",), target, not_expired_at=now, decider=actor, decided_at=now, **ends_here
         )
         if not won:
@@ -227,7 +211,7 @@ class PendingActions:
         return Decision("cancelled", decided, f"Cancelled by {actor}.")
 
     async def _lost(self, pending_id: str, now: datetime) -> Decision:
-        current = await self._store.get_pending(pending_id)
+        current = await self._store.pending.get(pending_id)
         if current is None:
             return _NOT_FOUND
         if current.state in ("open", "expired"):  # still open: it expired while this click was on its way
@@ -240,7 +224,7 @@ class PendingActions:
             if moved is None:  # someone else moved it first; report what they did
                 return await self._lost(record.id, now)
             record = moved
-        message = f"This request expired at {_when(record.expires_at)}. Ask again if you still need it."
+        message = cards.expired(record.expires_at)
         return Decision("expired", record, message)
 
     async def _move_all(
@@ -255,12 +239,11 @@ class PendingActions:
     async def _move(
         self, record: PendingRecord, from_states: tuple[str, ...], to_state: PendingState, now: datetime
     ) -> PendingRecord | None:
-        if not await self._store.transition(record.id, from_states, to_state, finished_at=now):
+        if not await self._store.pending.transition(record.id, from_states, to_state, finished_at=now):
             return None
         return dataclasses.replace(record, state=to_state, finished_at=now)
 
 
 def _already_decided(record: PendingRecord) -> Decision:
-    word = _DECIDED_AS.get(record.state, record.state)
-    at = f" at {_when(record.decided_at)}" if record.decided_at else ""
-    return Decision("already_decided", record, f"Already {word} by {record.decider}{at}.")
+    message = cards.already_decided(record.state, record.decider or "someone", record.decided_at)
+    return Decision("already_decided", record, message)

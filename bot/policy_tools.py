@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
-from bot.tickets.base import TicketBackend, TicketError, TicketRequest
-from retrieval.backends.base import UnknownSectionError
-from retrieval.types import Passage, SearchFilter
+from bot.agent import Consequence, Tool, ToolContext, ToolRegistry
+from bot.errors import TicketError
+from bot.tickets import TicketBackend, TicketRequest
+from retrieval import Passage, SearchFilter, UnknownSectionError
 
 TICKET_CATEGORIES = (
     "access",
@@ -119,6 +119,17 @@ def ticket_result_text(result: dict[str, Any]) -> str:
         link = f" ({result['url']})" if result.get("url") else ""
         return f"Done: I raised ticket {result['ticket_id']}{link}. The IT team will follow up."
     return f"The ticket request ended with status {status or 'unknown'}."
+
+
+def reply_from_result(tool: str, decision: str, result: dict[str, Any]) -> str:
+    """What a decided write did, said from its result alone: the ticket and its link, the cancel, or the error."""
+    if tool == TICKET_TOOL:
+        return ticket_result_text(result)
+    if decision == "cancel":
+        return "OK, cancelled: nothing was done."
+    if "error" in result:
+        return f"That did not go through: {result['error']}. {result.get('handoff') or ''}".strip()
+    return "Done."
 
 
 def policy_tools(

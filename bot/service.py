@@ -4,7 +4,7 @@
 Adapters map platform events to ``Inbound`` and render the ``Reply`` they get back; everything that
 must survive a restart (event dedupe, thread history, pending actions, traces, helpdesk cases) goes
 through the store. Every give-up, every confirmed write that failed and every request for a human
-opens a helpdesk case before the user is told its id (see ``bot.handoff``).
+opens a helpdesk case before the user is told its id (see ``bot.helpdesk``).
 """
 
 from __future__ import annotations
@@ -18,32 +18,37 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Literal
 
-from bot.agent.compaction import thread_context
-from bot.agent.decided import DecidedWrite, decided_write
-from bot.agent.loop import SYSTEM_PROMPT, AgentDeps, RunResult, run_agent
-from bot.agent.state import RunState, StateVersionError
-from bot.agent.tools import ToolContext
-from bot.agent.trace import Stopwatch
-from bot.agent.turn import ProposedWrite, execute_confirmed
-from bot.helpdesk.cases import (
+from bot.agent import (
+    SYSTEM_PROMPT,
+    AgentDeps,
+    DecidedWrite,
+    ProposedWrite,
+    RunResult,
+    RunState,
+    Stopwatch,
+    ToolContext,
+    decided_write,
+    execute_confirmed,
+    run_agent,
+    thread_context,
+)
+from bot.errors import StateVersionError
+from bot.helpdesk import (
     ACTION_UNKNOWN,
     CARD_NOT_SHOWN,
     TICKET_FAILED,
     USER_REQUEST,
     HandoffCase,
     Helpdesk,
+    Outbox,
     asks_for_human,
+    case_number,
 )
-from bot.helpdesk.outbox import Outbox
+from bot.index import OwnedIndex
 from bot.pending import Decision, PendingActions
-from bot.runtime.inflight import InFlight
-from bot.runtime.logs import log_context
-from bot.runtime.metrics import Metrics
-from bot.runtime.process import THIS_PROCESS
-from bot.runtime.ratelimit import BUSY_TEXT, Admission
-from bot.store.columns import utcnow
-from bot.store.records import PendingRecord, Place
-from bot.store.store import Store
+from bot.policy_tools import reply_from_result
+from bot.runtime import BUSY_TEXT, THIS_PROCESS, Admission, InFlight, Metrics, log_context
+from bot.store import PendingRecord, Place, Store, utcnow
 from bot.types import Answer, GaveUp, Inbound, Message, Outcome, Pending, TerminationReason, UserRef
 from bot.unicode_text import clean_text
 
@@ -69,6 +74,16 @@ class Reply:
     cost_usd: float = 0.0
     refused: RefusalReason | None = None  # set when no run started: the outcome is a polite refusal
 
+    @property
+    def from_a_run(self) -> bool:
+        """Whether a run is behind this reply: only then is there a trace to rate and a run to hand off.
+
+        A polite refusal (rate limited, busy) starts no run, and a typed request for a person opens a
+        case instead (the reply's id is the case id): feedback or "Still need help?" buttons under
+        either could only fail.
+        """
+        return self.refused is None and case_number(self.run_id) is None
+
 
 @dataclass(frozen=True)
 class DecisionReply:
@@ -92,7 +107,7 @@ class PolicyPal:
         deps: AgentDeps,
         store: Store,
         pending: PendingActions,
-        searcher: object = None,
+        searcher: OwnedIndex | None = None,
         *,
         helpdesk: Helpdesk | None = None,
         outbox: Outbox | None = None,
@@ -117,7 +132,7 @@ class PolicyPal:
 
         A person over their rate, or a process at its cap, gets a polite refusal instead of a run.
         """
-        if not await self.store.claim_event(f"{inbound.platform}:{inbound.event_id}"):
+        if not await self.store.threads.claim_event(f"{inbound.platform}:{inbound.event_id}"):
             log.info("duplicate event %s ignored", inbound.event_id)
             return None
         inbound = replace(inbound, text=clean_text(inbound.text))  # storable: no lone surrogates
@@ -125,9 +140,9 @@ class PolicyPal:
             return await self._answer(inbound, cancel)
 
     async def _answer(self, inbound: Inbound, cancel: asyncio.Event | None) -> Reply:
-        history = await self.store.load_history(inbound.conversation_key)
+        history = await self.store.threads.load_history(inbound.conversation_key)
         if not history:
-            await self.store.remember_place(_place(inbound))
+            await self.store.threads.remember_place(_place(inbound))
         if self.admission is not None and not await self.admission.users.allow(_user_key(inbound)):
             return self._refuse(inbound, "rate_limited", self.admission.users.refusal())  # cases count too
         if asks_for_human(inbound.text):
@@ -138,13 +153,13 @@ class PolicyPal:
             return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
         async with self.admission.slots.slot() as admitted:
             if not admitted:
-                await self.store.discard_run(state.run_id)  # a refusal leaves no run behind
+                await self.store.runs.discard(state.run_id)  # a refusal leaves no run behind
                 return self._refuse(inbound, "busy", BUSY_TEXT)
             return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
 
     async def _begin(self, state: RunState, platform: str, question: str) -> None:
         """Record the run as running: from here on, if this process dies, a sweeper answers the user."""
-        await self.store.start_run(
+        await self.store.runs.start(
             state.run_id, state.conversation_key, platform, state.user.id, self.redactor.text(question),
             self.deps.model.name, PROCESS_OWNER,
         )
@@ -163,7 +178,7 @@ class PolicyPal:
 
         One case per answer: asking twice after the same run returns the same case.
         """
-        runs = await self.store.conversation_runs(conversation_key, limit=1)
+        runs = await self.store.runs.of_conversation(conversation_key, limit=1)
         latest = runs[-1] if runs else None
         return await self.helpdesk.open_case(
             origin=f"request:{conversation_key}:{latest.id if latest else 'none'}",
@@ -210,7 +225,16 @@ class PolicyPal:
         state.run_id = _new_run_id()
         state.resume_with(record.call_id, _json(result))
         platform = record.conversation_key.split(":", 1)[0]
-        decided = decided_write(record, actor.id, decision, result, took_ms)
+        decided = decided_write(
+            tool=record.tool,
+            call_id=record.call_id,
+            arguments=record.arguments,
+            decider=actor.id,
+            decision=decision,
+            result=result,
+            latency_ms=took_ms,
+            reply=reply_from_result(record.tool, decision, result),
+        )
         question = f"({decision} {record.tool})"
         await self._begin(state, platform, question)
         reply = await self._run(state, platform, question, None, decided=decided)
@@ -226,7 +250,7 @@ class PolicyPal:
         """
         stale = await self.pending.mark_stale_executing_unknown(older_than)
         now = utcnow()
-        caseless = await self.store.claim_caseless_unknown(now - CASE_RETRY_AFTER, now)
+        caseless = await self.store.pending.claim_caseless_unknown(now - CASE_RETRY_AFTER, now)
         recovered = []
         for record in [*stale, *caseless]:
             if (case := await self._unknown_case(record)) is not None:
@@ -267,10 +291,10 @@ class PolicyPal:
 
     async def claim_event(self, platform: str, event_id: str) -> bool:
         """True the first time any process sees this event: for replies sent without a run."""
-        return await self.store.claim_event(f"{platform}:{event_id}")
+        return await self.store.threads.claim_event(f"{platform}:{event_id}")
 
     async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
-        return await self.store.set_feedback(run_id, value, user_id)
+        return await self.store.runs.set_feedback(run_id, value, user_id)
 
     async def close(self) -> None:
         """Release the model client, the index, backends and destinations, then the database."""
@@ -304,7 +328,7 @@ class PolicyPal:
         key = inbound.conversation_key
         case = await self.request_handoff(key, inbound.user, link=inbound.link, question=inbound.text)
         text = case.user_reply()
-        await self.store.append_history(key, [{"role": "user", "content": inbound.text}, _said(text)])
+        await self.store.threads.append_history(key, [{"role": "user", "content": inbound.text}, _said(text)])
         return Reply(case.case_id, TerminationReason.ANSWERED, Answer(text), key)
 
     async def _run(
@@ -386,11 +410,11 @@ class PolicyPal:
         by this process or another replica, both stay in its history.
         """
         exchange = [{"role": "user", "content": state.question}, _said(answer)]
-        await self.store.append_history(state.conversation_key, exchange)
+        await self.store.threads.append_history(state.conversation_key, exchange)
 
     async def _persist(self, result: RunResult) -> None:
         spent = result.state.spent
-        await self.store.finish_run(
+        await self.store.runs.finish(
             result.run_id,
             reason=result.reason.value,
             steps=spent.steps,

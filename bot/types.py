@@ -102,10 +102,6 @@ class ModelReply:
         return message
 
 
-class ModelError(Exception):
-    """The model endpoint failed after the client's retries; the run ends with ``model_error``."""
-
-
 class ChatModel(Protocol):
     """The model boundary: the OpenAI-compatible client and the offline model both implement it."""
 

@@ -1,43 +1,47 @@
 """Build the service from settings: the one place that chooses model, index, store, tickets and helpdesk.
 
 Destinations that need a platform client (Slack, Teams) are built by the composition root
-(``adapters.helpdesk_destinations``) and passed in, so nothing in bot/ imports platform code.
+(``adapters.destinations``) and passed in, so nothing in bot/ imports platform code.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from bot.agent.budget import Budgets
-from bot.agent.loop import AgentDeps, LoopSettings
-from bot.agent.pricing import PriceTable, UnknownPrice
-from bot.agent.turn import TurnLimits
-from bot.config import ConfigError, Settings
-from bot.helpdesk.cases import Destination, Helpdesk, TranscriptLimits
-from bot.helpdesk.outbox import Outbox, OutboxPolicy
-from bot.models.offline.model import NAME as OFFLINE_MODEL
-from bot.models.openai import build_model
+from bot.agent import AgentDeps, Budgets, LoopSettings, PriceTable, TurnLimits
+from bot.config import Settings
+from bot.errors import ConfigError, UnknownPrice
+from bot.helpdesk import Destination, Helpdesk, Outbox, OutboxPolicy, TranscriptLimits
+from bot.index import OwnedIndex
+from bot.models import OFFLINE_MODEL, OfflineModel, OpenAIChatModel
 from bot.pending import PendingActions
 from bot.policy_tools import Searcher, policy_tools
 from bot.redaction import Redactor
-from bot.runtime.metrics import Metrics
-from bot.runtime.ratelimit import Admission, RunSlots, UserRateLimit
-from bot.runtime.sweeper import SweepPolicy
+from bot.runtime import Admission, Metrics, RunSlots, SweepPolicy, UserRateLimit
 from bot.service import PolicyPal
-from bot.store.store import Store
-from bot.tickets.base import TicketBackend
-from bot.tickets.remote import build_ticket_backend
+from bot.store import Store
+from bot.tickets import TicketBackend, build_ticket_backend
 from bot.types import ChatModel
 
 log = logging.getLogger(__name__)
 
 RUN_MARGIN_S = 60.0  # beyond the deadline: persisting and replying; no live run is older
 SAMPLE_POLICIES = Path(__file__).resolve().parents[1] / "examples" / "policies"
+
+
+def build_model(settings: Settings) -> ChatModel:
+    """The real client when an API key is configured, else the offline model: the bot always answers."""
+    if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
+        return OfflineModel()
+    return OpenAIChatModel(
+        api_key=settings.openai_api_key.get_secret_value(),
+        base_url=settings.openai_base_url,
+        model=settings.model,
+        max_tokens_param=settings.max_tokens_param,
+    )
 
 
 def budgets(settings: Settings) -> Budgets:
@@ -90,7 +94,7 @@ async def open_service(
     """Open store, index, model, tickets and helpdesk; tests pass their own searcher or model.
 
     ``destinations``: where handoff cases go besides the local store (composition roots pass
-    ``adapters.helpdesk_destinations.destinations(settings)``). ``serving``: apply the per-user rate
+    ``adapters.destinations.destinations(settings)``). ``serving``: apply the per-user rate
     limit and the per-process cap on concurrent runs (the server; the terminal has one user).
     """
     if destinations is None:
@@ -98,7 +102,7 @@ async def open_service(
     destinations = list(destinations or [])
     owned_index = None
     if searcher is None:
-        from retrieval.index import PolicyIndex
+        from retrieval import PolicyIndex
 
         searcher = owned_index = OwnedIndex(PolicyIndex.open(settings.retrieval()))
     store = await Store.open(settings.resolved_database_url)
@@ -191,37 +195,3 @@ def _sections(searcher: Searcher) -> list[str]:
     """The index's sections at start, for the search tool's schema; a searcher without them has none."""
     sections = getattr(searcher, "sections", None)
     return list(sections()) if callable(sections) else []
-
-
-class OwnedIndex:
-    """A PolicyIndex the service opened itself, so the service also closes it (releasing its lock)."""
-
-    def __init__(self, index: Any) -> None:
-        self._index = index
-
-    async def asearch(self, query: str, k: int = 5, filter: Any = None) -> Any:
-        return await self._index.asearch(query, k, filter)
-
-    def sections(self) -> list[str]:
-        return self._index.sections()
-
-    async def ping(self) -> int:
-        """Chunks in the index: one cheap call that proves the index (or the Qdrant server) answers."""
-        return int(await asyncio.to_thread(self._index.count))
-
-    async def index_loads(self, loads: Sequence[Any]) -> tuple[Any, str]:
-        """Index loaded documents with the index this process holds (`policypal index` during `serve`)."""
-        report = await asyncio.to_thread(self._index.index_loads, list(loads))
-        return report, self._index.location
-
-    def stop_writes(self) -> None:
-        """Shutting down: indexing in progress stops at its next batch (what it wrote is kept)."""
-        self._index.stop_writes()
-
-    async def remove_roots(self, paths: Sequence[Any]) -> tuple[Any, str]:
-        """Remove what was indexed from these paths (`policypal index --remove` during `serve`)."""
-        report = await asyncio.to_thread(self._index.remove_roots, list(paths))
-        return report, self._index.location
-
-    async def aclose(self) -> None:
-        self._index.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrieval.config import BUNDLED_MODEL, RetrievalConfig
+from retrieval.errors import EmbeddingError
 from retrieval.stopwords import ENGLISH_STOPWORDS
 
 if TYPE_CHECKING:
@@ -31,10 +32,6 @@ SPARSE_MODEL = "Qdrant/bm25"
 SPARSE_DIR_NAME = "bm25"
 TOKENIZER_CONFIG = {"model_max_length": 256, "do_lower_case": True}
 SPECIAL_TOKENS_PER_INPUT = 2  # [CLS] and [SEP] count against the model's input limit
-
-
-class EmbeddingError(RuntimeError):
-    """A model that cannot be located, verified or loaded; the message says what to do."""
 
 
 @dataclass(frozen=True)

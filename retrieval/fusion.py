@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from retrieval.backends.base import Hit
+from retrieval.backends import Hit
 
 SPARSE_WEIGHT = 0.3
 CANDIDATES = 100  # hits each retriever hands to the fusion

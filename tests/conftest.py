@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from retrieval.config import RetrievalConfig
-from retrieval.embedding import Embedder
-from retrieval.index import PolicyIndex
+from retrieval import Embedder, PolicyIndex, RetrievalConfig
 from tests.fakes.openai_server import FakeOpenAI, fake_openai_server
 
 pytest_plugins = ["tests.databases"]  # the store fixtures (SQLite and PostgreSQL), for every package

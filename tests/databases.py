@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bot.store.store import Store
+from bot.store import Store
 
 POSTGRES_URL_ENV = "POLICYPAL_TEST_POSTGRES_URL"
 POSTGRES_SKIP_REASON = f"{POSTGRES_URL_ENV} not set; PostgreSQL store tests skipped"

@@ -15,8 +15,7 @@ from sqlalchemy.pool import NullPool
 
 from bot.config import Settings, without_secrets
 from bot.config_check import find_problems, report
-from bot.store import migrate
-from bot.store.store import prepare_sqlite_file
+from bot.store import migrate, prepare_sqlite_file
 
 
 async def config_check(settings: Settings, out: TextIO | None = None) -> int:

@@ -11,14 +11,14 @@ from datetime import timedelta
 from typing import Any, Literal, TextIO
 
 from adapters.destinations import destinations
+from bot.cards import when
 from bot.config import Settings
-from bot.helpdesk.cases import case_number
-from bot.helpdesk.outbox import DeliveryResult
+from bot.helpdesk import DeliveryResult, case_number
 from bot.service import DecisionReply, PolicyPal, Reply
-from bot.store.columns import utcnow
+from bot.store import utcnow
 from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
 from bot.wiring import SAMPLE_POLICIES, open_service
-from retrieval.backends.base import PolicyIndexError
+from retrieval import PolicyIndexError
 
 Decide = Literal["confirm", "cancel"] | None
 DELIVERY_WAIT_S = 10.0  # the terminal waits this long for the helpdesk; failures stay in the outbox
@@ -159,7 +159,7 @@ def render_card(pending: Pending) -> str:
     action = pending.action
     fields = "\n".join(f"│ {name:<9} {action.arguments.get(name, '')}" for name in ("category", "summary", "urgency"))
     lines = [f"┌ {action.tool}: needs your confirmation", f"│ {pending.text}" if pending.text else "│", fields]
-    lines.append(f"└ pending {action.id} · expires {action.expires_at:%Y-%m-%d %H:%M} UTC")
+    lines.append(f"└ pending {action.id} · expires {when(action.expires_at)}")
     return "\n".join(lines)
 
 
@@ -252,7 +252,8 @@ async def recover_unless_served(service: PolicyPal, alive_within: timedelta, out
     that did it instead would leave a Slack or Teams user uninformed. Returns how many it recovered.
     """
     now = utcnow()
-    if any(now - beat < alive_within for beat in (await service.store.heartbeats()).values()):  # as the sweeper judges
+    beats = await service.store.workers.heartbeats()
+    if any(now - beat < alive_within for beat in beats.values()):  # as the sweeper judges
         return 0
     recovered = await service.recover()
     for record, case in recovered:

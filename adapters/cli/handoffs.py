@@ -10,11 +10,8 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from bot.config import Settings
-from bot.helpdesk.cases import Destination, HandoffCase, case_number
-from bot.helpdesk.outbox import DeliveryResult
-from bot.store.columns import utcnow
-from bot.store.records import DeliveryRecord, HandoffRecord
-from bot.store.store import Store
+from bot.helpdesk import DeliveryResult, Destination, HandoffCase, case_number
+from bot.store import DeliveryRecord, HandoffRecord, Store, utcnow
 from bot.unicode_text import terminal_safe
 from bot.wiring import helpdesk_for
 
@@ -46,8 +43,8 @@ async def show_handoffs(
 
 
 async def _list(store: Store, limit: int, failed: bool, as_json: bool, out: TextIO) -> int:
-    cases = await store.list_handoffs(limit, failed_only=failed)
-    by_case = _by_case(await store.deliveries([c.number for c in cases]))
+    cases = await store.cases.recent(limit, failed_only=failed)
+    by_case = _by_case(await store.cases.deliveries([c.number for c in cases]))
     if as_json:
         rows = [_row_json(c, by_case[c.number]) for c in cases]
         out.write(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
@@ -58,12 +55,12 @@ async def _list(store: Store, limit: int, failed: bool, as_json: bool, out: Text
 
 async def _show(store: Store, case_id: str, as_json: bool, out: TextIO) -> int:
     number = case_number(case_id)
-    record = await store.get_handoff(number) if number is not None else None
+    record = await store.cases.get(number) if number is not None else None
     if record is None:
         out.write(f"No case {case_id}.\n")
         return 1
     case = HandoffCase.from_record(record)
-    deliveries = await store.deliveries([record.number])
+    deliveries = await store.cases.deliveries([record.number])
     if as_json:
         data = {**case.to_json(), "deliveries": [_delivery_json(d) for d in deliveries]}
         out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -92,7 +89,7 @@ async def _retry(
 
 async def _exists(store: Store, case_id: str) -> bool:
     number = case_number(case_id)
-    return number is not None and await store.get_handoff(number) is not None
+    return number is not None and await store.cases.get(number) is not None
 
 
 async def _close_all(resources: Sequence[object]) -> None:

@@ -1,4 +1,4 @@
-"""`policypal index` and `policypal search`: printing and exit codes only; the work is in PolicyIndex."""
+"""`policypal index` and `policypal search`: printing and exit codes only; the work is in retrieval."""
 
 from __future__ import annotations
 
@@ -9,14 +9,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from retrieval.backends.base import IndexInUseError, IndexMissingError, PolicyIndexError, open_backend
-from retrieval.config import RetrievalConfig
-from retrieval.embedding import EmbeddingError
-from retrieval.index import IndexReport, PolicyIndex, RootLoad, load_roots
-from retrieval.types import LoadFailure, Passage, SearchFilter
-
-SUPPORTED = ".md .txt .html .pdf .docx"
-NAMES_SHOWN = 10  # unchanged documents are summarised past this many
+from retrieval import (
+    EmbeddingError,
+    IndexInUseError,
+    IndexMissingError,
+    LoadFailure,
+    Passage,
+    PolicyIndex,
+    PolicyIndexError,
+    RetrievalConfig,
+    SearchFilter,
+    format_report,
+    load_for_index,
+)
+from retrieval.backends import open_backend
 
 
 def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO | None = None) -> int:
@@ -55,15 +61,6 @@ def run_remove(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO
     out.write(format_report(report, location))
     _print_failures(report.failures)
     return 0 if report.ok else 1
-
-
-def load_for_index(paths: Sequence[str | Path]) -> tuple[list[RootLoad], str | None]:
-    """The documents under paths, or why there is nothing to index: then the index must not be touched,
-    since indexing a root with no documents would remove everything indexed from it before."""
-    loads = load_roots([Path(p) for p in paths])
-    if any(load.report.documents for load in loads):
-        return loads, None
-    return loads, f"No documents to index in {', '.join(map(str, paths))} (supported: {SUPPORTED})."
 
 
 def run_search(
@@ -105,22 +102,6 @@ def index_if_missing(cfg: RetrievalConfig, paths: Path | Sequence[Path]) -> bool
     return run_index(cfg, roots, out=sys.stderr) == 0
 
 
-def format_report(report: IndexReport, location: str) -> str:
-    """The index run as a person reads it: counts, then names per outcome."""
-    lines = [
-        f"Indexed into {location} in {report.seconds:.1f} s "
-        f"({report.chunks_embedded} chunks embedded in {report.embed_seconds:.1f} s).",
-        _names("added", report.added),
-        _names("replaced", report.replaced),
-        _names("removed", report.removed),
-        _names("unchanged (skipped)", report.unchanged, limit=NAMES_SHOWN),
-        _names("duplicates (skipped)", [f"{path} (same as {other})" for path, other in report.duplicates]),
-        f"  failed ({len(report.failures)}): skipped, each listed with its reason" if report.failures else "",
-        _names("notes", [f"{path}: {note}" for path, note in report.notes]),
-    ]
-    return "\n".join(line for line in lines if line) + "\n"
-
-
 def format_passages(passages: Sequence[Passage]) -> str:
     """Passages for a terminal: rank, title and heading, source, then the snippet."""
     if not passages:
@@ -141,14 +122,6 @@ def _label(passage: Passage) -> str:
     return " > ".join(part for part in (passage.title, passage.heading) if part)
 
 
-def _names(label: str, names: Sequence[str], *, limit: int | None = None) -> str:
-    if not names:
-        return ""
-    shown = list(names) if limit is None else list(names[:limit])
-    more = f", … and {len(names) - len(shown)} more" if len(shown) < len(names) else ""
-    return f"  {label} ({len(names)}): {', '.join(shown)}{more}"
-
-
 def _print_failures(failures: Sequence[LoadFailure]) -> None:
     for failure in failures:
         print(f"failed: {failure.path}: {failure.reason}", file=sys.stderr)
@@ -161,4 +134,3 @@ def _print_notes(notes: Sequence[tuple[Path, str]]) -> None:
 
 def _indent(text: str) -> str:
     return "\n".join(f"   {line}" if line else "" for line in text.splitlines())
-

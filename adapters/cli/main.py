@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.config import ConfigError, Settings, load_settings, without_secrets
-from retrieval.config import MAX_K
+from bot.config import Settings, load_settings, without_secrets
+from bot.errors import ConfigError
+from retrieval import MAX_K
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -144,7 +145,7 @@ def _whole_number(value: str, *, most: int | None) -> int:
 def _index(settings: Settings, paths: list[str], *, remove: bool = False) -> int:
     """Index (or remove) here, or through `policypal serve` when it holds the embedded index."""
     from adapters.cli.index import run_index, run_remove
-    from adapters.server.index_socket import forward_index
+    from adapters.server import forward_index
 
     cfg = settings.retrieval()
     forwarded = forward_index(cfg, paths, remove=remove)
@@ -169,7 +170,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return run_search(settings.retrieval(), args.query, k=args.k, section=args.section, as_json=args.json)
     if args.command == "serve":
-        from adapters.server.app import run_server
+        from adapters.server import run_server
 
         return run_server(settings, args.host, args.port)
     if args.command == "config":
@@ -181,7 +182,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return asyncio.run(db_command(settings, args.action))
     if args.command == "teams-package":
-        from adapters.teams.package import write_package
+        from adapters.teams import write_package
 
         return write_package(settings, args.out)
     if args.command == "traces":

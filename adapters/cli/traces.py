@@ -8,8 +8,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from bot.config import Settings
-from bot.store.records import RunRow
-from bot.store.store import Store
+from bot.store import RunRow, Store
 from bot.unicode_text import terminal_safe
 
 
@@ -19,10 +18,10 @@ async def show_traces(
     store = await Store.open(settings.resolved_database_url)
     try:
         if run_id is None:
-            runs = await store.list_runs(limit)
+            runs = await store.runs.recent(limit)
             out.write(_json([_summary(r) for r in runs]) if as_json else terminal_safe(_table(runs)))
             return 0
-        run = await store.get_run(run_id)
+        run = await store.runs.get(run_id)
         if run is None:
             out.write(f"No run {run_id}.\n")
             return 1

@@ -27,19 +27,17 @@ from aiohttp import web
 
 from adapters.app_keys import READINESS, SERVICE, SETTINGS
 from adapters.checks import PLATFORM_CHECKS
-from adapters.cli.index import format_report, load_for_index
 from adapters.destinations import destinations
 from adapters.server.health import QuietProbesAccessLogger, add_health_routes, count_platform_requests, register_probes
 from adapters.server.index_socket import serving, socket_path
 from bot.config import Settings
 from bot.config_check import find_problems, report
-from bot.delivery.notify import Notifiers
+from bot.delivery import Notifiers
 from bot.redaction import Redactor
-from bot.runtime.logs import configure_json_logging
-from bot.runtime.sweeper import Sweeper
+from bot.runtime import Sweeper, configure_json_logging
 from bot.service import PolicyPal
 from bot.wiring import open_service, sweep_policy
-from retrieval.index import IndexingStopped
+from retrieval import IndexingStopped, format_report, load_for_index
 
 __all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
 
@@ -62,8 +60,8 @@ def build_app(settings: Settings, service: PolicyPal | None = None, *, sweep: bo
     app.cleanup_ctx.append(_service_context(service))
     app.cleanup_ctx.append(_outbox_worker)
     app.cleanup_ctx.append(_index_socket)
-    from adapters.slack.app import add_slack_routes
-    from adapters.teams.app import add_teams_routes
+    from adapters.slack import add_slack_routes
+    from adapters.teams import add_teams_routes
 
     add_slack_routes(app, settings)
     add_teams_routes(app, settings)
@@ -98,7 +96,7 @@ async def _warm_up(service: PolicyPal) -> None:
     if service.searcher is None:
         return
     try:
-        await service.searcher.asearch("warm-up", 1)  # type: ignore[attr-defined]
+        await service.searcher.asearch("warm-up", 1)
     except Exception:  # readiness will report a broken index; start-up need not fail here
         log.warning("warming up the index failed", exc_info=True)
 
@@ -114,10 +112,10 @@ async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _index_socket(app: web.Application) -> AsyncIterator[None]:
-    """Let `policypal index` reach the embedded index this server holds (adapters/index_socket.py)."""
+    """Let `policypal index` reach the embedded index this server holds (adapters/server/index_socket.py)."""
     cfg = app[SETTINGS].retrieval()
     owned = app[SERVICE].searcher
-    if cfg.qdrant_url or not hasattr(owned, "index_loads"):
+    if cfg.qdrant_url or owned is None:
         yield  # a Qdrant server takes writes from any process; a test's searcher indexes nothing
         return
 
@@ -167,16 +165,16 @@ def _operations(sweep: bool) -> Callable[[web.Application], AsyncIterator[None]]
 
 def platform_notifiers(app: web.Application, service: PolicyPal) -> Notifiers:
     """A notifier for each platform running on this app, so recovery can post in their threads."""
-    from adapters.slack.app import SLACK
-    from adapters.teams.app import TEAMS
+    from adapters.slack import SLACK
+    from adapters.teams import TEAMS
 
     notifiers = Notifiers(service.store)
     if SLACK in app:
-        from adapters.slack.notify import SlackNotifier
+        from adapters.slack import SlackNotifier
 
         notifiers.register("slack", SlackNotifier(app[SLACK].bridge.poster))
     if TEAMS in app:
-        from adapters.teams.notify import TeamsNotifier
+        from adapters.teams import TeamsNotifier
 
         notifiers.register("teams", TeamsNotifier(app[TEAMS].connector))
     return notifiers

@@ -20,7 +20,7 @@ from aiohttp.web_log import AccessLogger
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from adapters.app_keys import READINESS, SERVICE
-from bot.runtime.readiness import Readiness
+from bot.runtime import Readiness
 from bot.service import PolicyPal
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ async def _count_pending(service: PolicyPal) -> None:
     """
     try:
         async with asyncio.timeout(PENDING_COUNT_S):
-            counts = await service.store.pending_counts()
+            counts = await service.store.pending.counts()
     except Exception as exc:
         log.warning("/metrics without policypal_pending_actions: the database did not answer (%s)", _why(exc))
         service.metrics.pending.clear()
@@ -100,11 +100,10 @@ def register_probes(app: web.Application, service: PolicyPal) -> None:
     """What /readyz checks: the database, the index, and each platform mounted on this app."""
     readiness = app[READINESS]
     readiness.add("database", service.store.ping)
-    ping = getattr(service.searcher, "ping", None)
-    if ping is not None:
-        readiness.add("index", ping)
-    from adapters.slack.app import SLACK
-    from adapters.teams.app import TEAMS
+    if service.searcher is not None:  # the index this process opened (a test's own searcher is not probed)
+        readiness.add("index", service.searcher.ping)
+    from adapters.slack import SLACK
+    from adapters.teams import TEAMS
 
     if SLACK in app:
         readiness.add("slack", app[SLACK].client.auth_test, every_s=SLACK_PROBE_EVERY_S)
@@ -113,7 +112,7 @@ def register_probes(app: web.Application, service: PolicyPal) -> None:
 
 
 def _teams_probe(app: web.Application) -> Callable[[], Awaitable[None]]:
-    from adapters.teams.app import TEAMS
+    from adapters.teams import TEAMS
 
     async def started() -> None:
         # Microsoft's login is only proved by the first real turn; here: mounted and its bot built.

@@ -24,8 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from retrieval.config import RetrievalConfig
-from retrieval.paths import real_path
+from retrieval import RetrievalConfig, real_path
 
 log = logging.getLogger(__name__)
 

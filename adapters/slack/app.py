@@ -2,7 +2,7 @@
 
 Events and button clicks get their 200 as soon as their signature checks out; bolt routes them
 afterwards, in a task the server holds and waits for at shutdown, and in a burst only after the
-other acks (adapters/slack_tasks.py: measured with benchmarks/slack_ack.py). Bolt runs
+other acks (adapters/slack/tasks.py: measured with benchmarks/slack_ack.py). Bolt runs
 with ``process_before_response=True`` so its listeners run inline there (and in Socket Mode, where
 bolt acks after dispatch), and each listener only calls ``ack()`` and hands the slow work to another
 held task: Slack's 3-second limit is never near, and no run is left to a weakly referenced future.
@@ -40,10 +40,12 @@ from adapters.slack.blocks import CANCEL, CONFIRM, HANDOFF, HELPFUL, NOT_HELPFUL
 from adapters.slack.flows import Click, SlackBridge, Where
 from adapters.slack.inbound import BotIdentity, skip_reason, thread_of
 from adapters.slack.post import SlackPoster, slack_error, web_client
-from adapters.slack.tasks import BackgroundTasks
+from adapters.slack.tasks import AckFirst
 from adapters.slack.users import UserDirectory
-from bot.config import ConfigError, Settings
+from bot.config import Settings
+from bot.errors import ConfigError
 from bot.identity import GroupMap
+from bot.runtime import BackgroundTasks
 from bot.service import PolicyPal
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class SlackRuntime:
     client: AsyncWebClient
     bridge: SlackBridge
     tasks: BackgroundTasks
+    gate: AckFirst
     bot: BotIdentity
     session: aiohttp.ClientSession
     socket_mode: AsyncSocketModeHandler | None = None
@@ -99,7 +102,7 @@ class SlackRuntime:
         if self.socket_mode is None or self.socket_mode.client.closed:
             return
         self.socket_mode.client.socket_mode_request_listeners.clear()
-        await self.socket_mode.close_async()
+        await self.socket_mode.close_async()  # type: ignore[no-untyped-call]  # slack_sdk leaves it unannotated
         log.info("Slack Socket Mode closed: new events go to other connections")
 
     async def close(self, drain_s: float) -> None:
@@ -181,7 +184,7 @@ async def slack_events(request: web.Request) -> web.Response:
     (url_verification, ssl_check) is answered by bolt inline.
     """
     runtime = request.app[SLACK]
-    with runtime.tasks.gate.acknowledging():
+    with runtime.gate.acknowledging():
         return await _acknowledge(runtime, request)
 
 
@@ -254,12 +257,13 @@ def _runtime(
     session: aiohttp.ClientSession,
 ) -> SlackRuntime:
     bridge = SlackBridge(service, SlackPoster(client, bot), UserDirectory(client, groups), bot)
-    tasks = BackgroundTasks()
+    gate = AckFirst()
+    tasks = BackgroundTasks("Slack", admit=gate.then)  # each starts after the acks of a burst
     bolt = build_bolt_app(credentials, web_client(None, session, credentials.api_url), bot)
     register_listeners(bolt, bridge, tasks)
     socket_mode = socket_mode_handler(bolt, credentials, client)
     verifier = SignatureVerifier(credentials.signing_secret) if credentials.signing_secret else None
-    return SlackRuntime(bolt, client, bridge, tasks, bot, session, socket_mode, verifier)
+    return SlackRuntime(bolt, client, bridge, tasks, gate, bot, session, socket_mode, verifier)
 
 
 async def connect_socket_mode(handler: AsyncSocketModeHandler, client: AsyncWebClient) -> None:
@@ -272,7 +276,7 @@ async def connect_socket_mode(handler: AsyncSocketModeHandler, client: AsyncWebC
     except SlackApiError as exc:
         raise ConfigError(f"Slack rejected SLACK_APP_TOKEN (apps.connections.open: {slack_error(exc)})") from None
     try:
-        await asyncio.wait_for(handler.connect_async(), SOCKET_CONNECT_S)
+        await asyncio.wait_for(handler.connect_async(), SOCKET_CONNECT_S)  # type: ignore[no-untyped-call]
     except TimeoutError:
         raise ConfigError(f"No Socket Mode connection to Slack within {SOCKET_CONNECT_S:.0f} s") from None
     log.info("Slack Socket Mode connected")

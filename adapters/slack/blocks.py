@@ -16,7 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from adapters.slack.mrkdwn import escape, to_mrkdwn
-from bot.store.records import PendingRecord
+from bot import cards as wording
+from bot.cards import when
+from bot.store import PendingRecord
 from bot.types import Answer, Citation, GaveUp, PendingAction
 
 Block = dict[str, Any]
@@ -147,10 +149,6 @@ def blocks_size(blocks: Sequence[Block]) -> int:
     return len(json.dumps(list(blocks), ensure_ascii=False))
 
 
-def when(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "an unknown time"
-
-
 # --- messages ---------------------------------------------------------------------------------------
 
 
@@ -226,7 +224,7 @@ def _announce_overflow(messages: list[list[Block]], tail: Sequence[Block], run_i
 def _fallback(blocks: Sequence[Block]) -> str:
     for block in blocks:
         text = block.get("text", {}).get("text") if block.get("type") == "section" else None
-        if text:
+        if isinstance(text, str) and text:
             return text if len(text) <= FALLBACK_CHARS else text[: FALLBACK_CHARS - 1] + "…"
     return "PolicyPal"
 
@@ -305,7 +303,7 @@ def status_line(record: PendingRecord) -> str:
         "done": f":white_check_mark: Confirmed by {by}. {_result_words(result)}",
         "failed": f":warning: Confirmed by {by}, but it failed: {escape(str(result.get('error', 'unknown error')))}",
         "cancelled": f":heavy_multiplication_x: Cancelled by {by}. Nothing was created.",
-        "expired": f":hourglass: Expired at {when(record.expires_at)}. Nothing was created; ask again if needed.",
+        "expired": f":hourglass: {wording.expired(record.expires_at)}",
         "unknown": f":warning: Confirmed by {by}, but PolicyPal stopped while creating it. A person will check.",
     }
     return lines.get(record.state, f"State: {record.state}")

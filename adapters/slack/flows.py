@@ -1,6 +1,6 @@
 """What happens after Slack has its ack: Slack event -> Inbound -> service -> Block Kit in the thread.
 
-Each public coroutine here is one background job started by a bolt listener in adapters/slack.py.
+Each public coroutine here is one background job started by a bolt listener in adapters/slack/app.py.
 None of them raises to its caller: ``guarded`` turns an unexpected failure into a reply with a
 reference, because at the platform edge errors become replies, never silence.
 """
@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from adapters.reply_kinds import from_a_run
 from adapters.slack.blocks import (
     answer_messages,
     card_message,
@@ -24,14 +23,13 @@ from adapters.slack.blocks import (
     in_progress_card_message,
     notice_message,
     parse_button_value,
-    when,
 )
 from adapters.slack.inbound import BotIdentity, conversation_key, thread_of, to_inbound
 from adapters.slack.post import SlackPoster
 from adapters.slack.users import UserDirectory
+from bot import cards as wording
 from bot.service import DecisionReply, PolicyPal, Reply
-from bot.store.columns import utcnow
-from bot.store.records import PendingRecord
+from bot.store import PendingRecord, utcnow
 from bot.types import Answer, Pending, PendingAction
 
 log = logging.getLogger(__name__)
@@ -46,7 +44,6 @@ SUGGESTED_PROMPTS = (
     {"title": "Expenses", "message": "What can I expense when I travel for work?"},
     {"title": "Report a lost laptop", "message": "I lost my work laptop. What should I do?"},
 )
-_DECIDED_WORD = {"cancelled": "cancelled", "expired": "expired"}  # every other decided state was a confirm
 
 
 @dataclass(frozen=True)
@@ -136,7 +133,7 @@ class SlackBridge:
         """An outcome as Slack messages: the answer, a ticket card, or the give-up with its reference."""
         outcome = reply.outcome
         if isinstance(outcome, Answer):
-            messages = answer_messages(outcome, reply.run_id, actions=from_a_run(reply))
+            messages = answer_messages(outcome, reply.run_id, actions=reply.from_a_run)
             await self.poster.post_all(where.channel, where.thread_ts, messages, user=where.user)
         elif isinstance(outcome, Pending):
             await self._post_card(outcome.action, where)
@@ -255,17 +252,11 @@ class SlackBridge:
 
     async def handoff(self, click: Click) -> None:
         """Hand the thread to the helpdesk on request; the reply names the case."""
-        request = getattr(self.service, "request_handoff", None)
-        if request is None:  # the helpdesk service is not in this build: the run id is the reference
-            text = (
-                "I can't open a helpdesk case from Slack in this setup. Contact the helpdesk and quote this reference:"
-            )
-            message = handoff_message(text, None, run_id=click.value)
-        else:
-            user = await self.users.lookup(click.user_id)
-            link = await self.poster.permalink(click.channel, click.thread_ts)
-            case = await request(conversation_key(click.team_id, click.channel, click.thread_ts), user, link=link)
-            message = handoff_message(case.message, case.case_id)
+        user = await self.users.lookup(click.user_id)
+        link = await self.poster.permalink(click.channel, click.thread_ts)
+        key = conversation_key(click.team_id, click.channel, click.thread_ts)
+        case = await self.service.request_handoff(key, user, link=link)
+        message = handoff_message(case.message, case.case_id)
         await self.poster.post(click.channel, click.thread_ts, message, user=click.user_id)
 
     # --- assistant threads -------------------------------------------------------------------------
@@ -279,10 +270,9 @@ class SlackBridge:
 def decision_note(decided: DecisionReply, record: PendingRecord) -> str:
     """What a refused or late click is told, with Slack mentions instead of raw user ids."""
     if decided.status == "expired":
-        return f"This request expired at {when(record.expires_at)}. Nothing was created; ask again if you need it."
+        return wording.expired(record.expires_at)
     if decided.status == "already_decided" and record.decider:
-        word = _DECIDED_WORD.get(record.state, "confirmed")
-        return f"Already {word} by <@{record.decider}> at {when(record.decided_at)}."
+        return wording.already_decided(record.state, f"<@{record.decider}>", record.decided_at)
     if decided.status == "not_requester":
         return f"Only <@{record.requester}> can decide this."
     return decided.decision.message

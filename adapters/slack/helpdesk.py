@@ -13,8 +13,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.helpdesk.cases import HandoffCase, reason_label
-from bot.helpdesk.outbox import Delivery
+from bot.helpdesk import Delivery, HandoffCase, reason_label
 
 CHUNK_CHARS = 3_500  # under Slack's 4,000-character guidance for one message's text
 MAX_THREAD_MESSAGES = 15

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from adapters.slack.blocks import decided_card_message, give_up_message, notice_message
 from adapters.slack.post import SlackPoster
-from bot.delivery.notify import Notice
-from bot.store.records import PendingRecord, Place
+from bot.delivery import Notice
+from bot.store import PendingRecord, Place
 from bot.types import GaveUp, TerminationReason
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.identity import GroupMap
+from bot.runtime import ExpiringCache
 from bot.types import UserRef
 
 log = logging.getLogger(__name__)
@@ -51,41 +50,17 @@ class UserDirectory:
     ) -> None:
         self._client = client
         self._groups = groups
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._cache: OrderedDict[str, tuple[float, UserRef]] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[UserRef]] = {}
+        self._cache: ExpiringCache[str, UserRef] = ExpiringCache(ttl_s, MAX_USERS, clock)
 
     async def lookup(self, user_id: str) -> UserRef:
-        cached = self._cache.get(user_id)
-        if cached and cached[0] > self._clock():
-            return cached[1]
-        if (waiting := self._inflight.get(user_id)) is not None:
-            return await asyncio.shield(waiting)
-        future: asyncio.Future[UserRef] = asyncio.get_running_loop().create_future()
-        self._inflight[user_id] = future
-        try:
-            user = await self._fetch(user_id)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        finally:
-            del self._inflight[user_id]
-        future.set_result(user)
-        return user
+        known = await self._cache.get_or_load(user_id, lambda: self._fetch(user_id))
+        return known or UserRef(id=user_id, groups=self._groups.groups_for(user_id), is_guest=True)
 
-    async def _fetch(self, user_id: str) -> UserRef:
+    async def _fetch(self, user_id: str) -> UserRef | None:
+        """users.info; None (not cached, so the next message asks again) when Slack cannot say who it is."""
         try:
             response = await self._client.users_info(user=user_id)
-            user = user_ref(response["user"], self._groups)
+            return user_ref(response["user"], self._groups)
         except Exception as exc:  # any failure: SlackApiError, a connection error after retries, a bad body
             log.error("users.info failed for %s (%s); treating the user as a guest for this request", user_id, exc)
-            return UserRef(id=user_id, groups=self._groups.groups_for(user_id), is_guest=True)
-        self._remember(user)
-        return user
-
-    def _remember(self, user: UserRef) -> None:
-        self._cache[user.id] = (self._clock() + self._ttl_s, user)
-        self._cache.move_to_end(user.id)
-        while len(self._cache) > MAX_USERS:
-            self._cache.popitem(last=False)
+            return None

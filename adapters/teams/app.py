@@ -2,7 +2,7 @@
 
 This is the only module that imports the Bot Framework SDK. It authenticates each request
 (``CloudAdapter`` + ``ConfigurationBotFrameworkAuthentication``), hands the activity to
-``adapters.teams_bot.TeamsBot`` as the protocol JSON it arrived as, and gives that bot a
+``adapters.teams.handler.TeamsBot`` as the protocol JSON it arrived as, and gives that bot a
 ``BotFrameworkConnector`` to post, update and look up members through. Moving to the Microsoft 365
 Agents SDK (botbuilder-python is archived) means rewriting this file only.
 
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -37,8 +39,9 @@ from urllib3 import Retry
 from adapters.app_keys import SERVICE
 from adapters.teams.activity import parse_tenants
 from adapters.teams.handler import TeamsBot, TeamsOptions
-from adapters.teams.retry import RetryPolicy, with_retries
-from bot.config import ConfigError, Settings
+from bot.config import Settings
+from bot.delivery import RetryPolicy, Transient, with_retries
+from bot.errors import ConfigError
 from bot.identity import GroupMap
 
 log = logging.getLogger(__name__)
@@ -230,7 +233,8 @@ def _activity_json(turn_context: TurnContext) -> Json:
     raw = _RAW_ACTIVITY.get()
     if raw is not None and raw.get("id") == turn_context.activity.id:
         return raw
-    return turn_context.activity.serialize()
+    serialized: Json = turn_context.activity.serialize()
+    return serialized
 
 
 @dataclass
@@ -249,8 +253,8 @@ class BotFrameworkConnector:
             return str(getattr(sent, "id", "") or "")
 
         if activity.get("type") == "typing":
-            return await self._call(reference, activity, post)
-        return await self._retried(f"posting to {_conversation_id(reference)}", reference, activity, post)
+            return str(await self._call(reference, activity, post))
+        return str(await self._retried(f"posting to {_conversation_id(reference)}", reference, activity, post))
 
     async def update(self, reference: Json, activity_id: str, activity: Json) -> None:
         """Replace a posted activity, retrying throttling and overload."""
@@ -267,7 +271,8 @@ class BotFrameworkConnector:
             found = await client.conversations.get_conversation_member(outgoing.conversation.id, user_id)
             return dict(found.serialize(), **(found.additional_properties or {}))
 
-        return await self._call(reference, {"type": "message"}, lookup)
+        member: Json | None = await self._call(reference, {"type": "message"}, lookup)
+        return member
 
     async def _retried(
         self, what: str, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]
@@ -276,7 +281,7 @@ class BotFrameworkConnector:
             _without_sdk_retries(client)
             return await work(client, outgoing)
 
-        return await with_retries(lambda: self._call(reference, activity, once), self.retry, what)
+        return await with_retries(lambda: self._call(reference, activity, once), self.retry, refused_for_now, what=what)
 
     async def _call(
         self, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]
@@ -326,3 +331,35 @@ def connector_for(settings: Settings) -> BotFrameworkConnector:
     if auth_mode(settings) == "off":
         raise ConfigError("Teams: MicrosoftAppId/MicrosoftAppPassword are needed to post to a Teams channel.")
     return BotFrameworkConnector(build_adapter(settings), settings.microsoft_app_id)
+
+
+TRANSIENT = frozenset({412, 429, 502, 503, 504})  # the connector's "busy": throttling and overload
+
+
+def refused_for_now(exc: Exception) -> Transient | None:
+    """A connector refusal worth retrying (429 with its Retry-After, 412, 5xx overload); a 400 or 403 is not."""
+    status = http_status(exc)
+    return Transient(retry_after_s(exc), status) if status in TRANSIENT else None
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status behind a connector exception (msrest keeps the response), if there is one."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None) or getattr(response, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """``Retry-After`` in seconds, given as seconds or as an HTTP date; None when absent or unreadable."""
+    headers: Any = getattr(getattr(exc, "response", None), "headers", None) or {}
+    value = str(headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError):
+        return None

@@ -14,7 +14,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from adapters.reply_kinds import from_a_run
+from bot import cards as wording
+from bot.cards import when
 from bot.service import Reply
 from bot.types import Answer, Citation, GaveUp, Pending, PendingAction
 
@@ -91,7 +92,7 @@ def invoke_card(content: Json) -> Json:
 def reply_activity(reply: Reply, requester_name: str = "") -> Json:
     """The message for one run's outcome: an answer, a card to confirm, or an honest give-up."""
     outcome = reply.outcome
-    if isinstance(outcome, Answer) and not from_a_run(reply):
+    if isinstance(outcome, Answer) and not reply.from_a_run:
         return message(outcome.text)  # a case opened, or a polite refusal (rate, busy): nothing to rate
     if isinstance(outcome, Answer):
         return message(answer_markdown(outcome), feedback_card(reply.run_id))
@@ -157,7 +158,7 @@ def pending_card(action: PendingAction, requester_name: str = "") -> Json:
     data = {"pending_id": action.id, "args_hash": action.args_hash}
     body = _pending_body(action)
     who = requester_name or action.requester
-    body.append(text_block(f"Only {who} can confirm · expires {_when(action.expires_at)}", isSubtle=True, size="Small"))
+    body.append(text_block(f"Only {who} can confirm · expires {when(action.expires_at)}", isSubtle=True, size="Small"))
     buttons = [execute("Confirm", CONFIRM, data, style="positive"), execute("Cancel", CANCEL, data)]
     return card(body, buttons)
 
@@ -182,7 +183,7 @@ def outcome_line(state: str, result: Json | None, who: str, expires_at: datetime
         + (f" Helpdesk case **{result['case_id']}** is open." if result.get("case_id") else ""),
         "unknown": f"Confirmed by {who}, but the outcome is unknown; IT will check whether the ticket exists.",
         "cancelled": f"Cancelled by {who}. No ticket was raised.",
-        "expired": f"This request expired at {_when(expires_at)}. Ask again if you still need it.",
+        "expired": wording.expired(expires_at),
     }
     return lines.get(state, f"State: {state}.")
 
@@ -215,10 +216,6 @@ def card_fields(card: Json) -> dict[str, str]:
         for block in card.get("body", [])
         if block.get("type") == "RichTextBlock" and len(block["inlines"]) == 2
     }
-
-
-def _when(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 # --- the helpdesk summary -----------------------------------------------------------------------

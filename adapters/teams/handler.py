@@ -1,6 +1,6 @@
 """What PolicyPal does with a Teams activity, over protocol JSON and the service API; no SDK in here.
 
-``adapters/teams.py`` owns the Bot Framework SDK: it authenticates requests, hands activities to
+``adapters/teams/app.py`` owns the Bot Framework SDK: it authenticates requests, hands activities to
 ``TeamsBot`` as plain JSON and gives it a ``Connector`` to send, update and look up members with.
 
 Every turn is acknowledged at once and the work continues in a background task:
@@ -11,7 +11,7 @@ Every turn is acknowledged at once and the work continues in a background task:
   and because the same reference (kept with a pending action) still works after a restart.
   A reply sent without a run (a hint, a refusal, the welcome, a handoff's case) claims the activity
   first, as ``handle_message`` does for a run, so a redelivery never posts it twice
-  (adapters/teams_dedupe.py).
+  (adapters/teams/dedupe.py).
 * **Card clicks** (``adaptiveCard/action``): the decision itself is quick, but ``service.decide`` also
   runs the ticket and then the model. So the click starts ``decide`` in a task and answers the invoke
   as soon as ``decide`` reports the outcome through ``on_result`` (ticket id, cancelled) or returns
@@ -48,9 +48,10 @@ from adapters.teams.activity import (
     user_of,
 )
 from adapters.teams.dedupe import event_id, handled_by_older_release
-from adapters.teams.retry import DeliveryFailed
+from bot.errors import DeliveryFailed
 from bot.identity import GroupMap
 from bot.pending import PendingRecord
+from bot.runtime import BackgroundTasks, ExpiringCache
 from bot.service import DecisionReply, PolicyPal, Reply
 from bot.types import Pending, UserRef
 
@@ -108,8 +109,8 @@ class TeamsBot:
         self.service = service
         self.connector = connector
         self.options = options or TeamsOptions()
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._profiles: dict[tuple[str, str], tuple[float, Json]] = {}
+        self._tasks = BackgroundTasks("Teams")
+        self._profiles: ExpiringCache[tuple[str, str], Json] = ExpiringCache(self.options.profile_ttl_s)
         self._started = datetime.now(UTC)  # activities sent before this may have met an older release
 
     # --- messages -------------------------------------------------------------------------------
@@ -304,7 +305,7 @@ class TeamsBot:
         still_open = record is not None and record.state == "open"
         text = cards.DECIDE_ERROR_TEXT if still_open or record is None else cards.DECIDED_ERROR_TEXT
         await self._send_safely(where.get("reference") or click.reference, cards.message(text))
-        if not still_open or not where.get("activity_id") or not where.get("reference"):
+        if record is None or not still_open or not where.get("activity_id") or not where.get("reference"):
             return
         activity = cards.message(None, cards.pending_card(record.as_action(), _requester_name(record, click.user)))
         try:
@@ -366,12 +367,9 @@ class TeamsBot:
         await self._send_safely(reference, cards.message(text))
 
     async def _request_handoff(self, activity: Activity, user: UserRef, run_id: str) -> str:
-        request = getattr(self.service, "request_handoff", None)
-        if request is None:  # the helpdesk handoff is not wired into the service yet
-            return f"Please contact the helpdesk and mention reference `{run_id}`."
         card_message = {**activity, "id": activity.get("replyToId") or activity.get("id")}
-        case = await request(conversation_key(activity, user), user, link=deep_link(card_message))
-        text, case_id = str(getattr(case, "message", "") or ""), str(getattr(case, "case_id", ""))
+        case = await self.service.request_handoff(conversation_key(activity, user), user, link=deep_link(card_message))
+        text, case_id = case.message, case.case_id
         if case_id and case_id not in text:
             text = f"{text} (case **{case_id}**)".strip()
         return text or f"I've passed this to the helpdesk: case **{case_id}**."
@@ -384,15 +382,11 @@ class TeamsBot:
         if activity.get("channelId") != "msteams":
             return user_of(activity, self.options.groups)  # the Emulator has no Teams roster or guests
         key = (tenant_of(activity), sender_id)
-        cached = self._profiles.get(key)
-        if cached and cached[0] > time.monotonic():
-            return user_of(activity, self.options.groups, cached[1])
-        member = await self._member(reference, sender_id)
+        member = await self._profiles.get_or_load(key, lambda: self._member(reference, sender_id))
         user = user_of(activity, self.options.groups, member)
         if member is None:
             # Without the roster we cannot tell a guest from a member: no write tools this time.
             return replace(user, is_guest=True)
-        self._profiles[key] = (time.monotonic() + self.options.profile_ttl_s, member)
         return user
 
     async def _member(self, reference: Json, user_id: str) -> Json | None:
@@ -416,21 +410,11 @@ class TeamsBot:
             return None
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)  # a task nobody references can be garbage-collected mid-run
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self._tasks.spawn(work)
 
     async def drain(self) -> None:
         """Let running work finish (up to ``drain_s``), then cancel what is left: for shutdown."""
-        pending = [task for task in self._tasks if not task.done()]
-        if not pending:
-            return
-        _, late = await asyncio.wait(pending, timeout=self.options.drain_s)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
-
+        await self._tasks.drain(self.options.drain_s)
 
 def _action_of(activity: Activity) -> tuple[str, Json | None]:
     """The verb and data of an ``Action.Execute`` invoke; data None when the shape is not a card's."""

@@ -15,15 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.teams import cards
-from bot.config import ConfigError, Settings
-from bot.helpdesk.outbox import Delivery
+from bot.config import Settings
+from bot.errors import ConfigError
+from bot.helpdesk import Delivery, HandoffCase, reason_label
+from bot.types import UserRef
 
 CHANNEL_ID = "msteams"
 TRANSCRIPT_CHARS = 20_000  # Teams refuses messages of about 28 KB; leave room for markup
 
 
 def teams_destination(settings: Settings) -> TeamsChannelDestination:
-    """The destination ``adapters.helpdesk_destinations`` builds from settings."""
+    """The destination ``adapters.destinations`` builds from settings."""
     return TeamsChannelDestination(settings)
 
 
@@ -42,18 +44,18 @@ class TeamsChannelDestination:
 
             connector = connector_for(settings)
         self._connector = connector
-        self._reference = {
+        self._reference: dict[str, Any] = {
             "channelId": CHANNEL_ID,
             "serviceUrl": settings.helpdesk_teams_service_url,
             "conversation": {"id": settings.helpdesk_teams_conversation_id, "isGroup": True},
             "bot": {"id": settings.microsoft_app_id or "policypal"},
         }
 
-    async def deliver(self, case: Any) -> str | None:
+    async def deliver(self, case: HandoffCase) -> str | None:
         """Post the case summary, then the full transcript in its reply chain; raises when refused."""
         return await self._transcript(case, await self._summary(case))
 
-    async def deliver_tracked(self, case: Any, delivery: Delivery) -> str | None:
+    async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None:
         """Post what earlier attempts did not: the card unless its id was saved, then the transcript."""
         root = delivery.progress
         if not root:
@@ -62,70 +64,50 @@ class TeamsChannelDestination:
                 await delivery.save(root)  # before the transcript: a retry must not post the card again
         return await self._transcript(case, root)
 
-    async def _summary(self, case: Any) -> str:
+    async def _summary(self, case: HandoffCase) -> str:
         posted = await self._connector.send(self._reference, cards.message(summary_text(case), summary_card(case)))
         return str(posted or "")
 
-    async def _transcript(self, case: Any, root: str) -> str | None:
+    async def _transcript(self, case: HandoffCase, root: str) -> str | None:
         if root:
             await self._connector.send(self._thread(root), cards.message(transcript_text(case)))
         return root or None
 
     def _thread(self, root_id: str) -> dict[str, Any]:
         """The summary's reply chain: a channel thread is addressed as ``<channel>;messageid=<root>``."""
-        conversation = {**self._reference["conversation"]}
+        conversation: dict[str, Any] = {**self._reference["conversation"]}
         conversation["id"] = f"{conversation['id']};messageid={root_id}"
         return {**self._reference, "conversation": conversation}
 
 
-def summary_card(case: Any) -> dict[str, Any]:
-    """The card for a case, reading its fields defensively (the case type is still settling)."""
-    user = getattr(case, "user", None)
+def summary_card(case: HandoffCase) -> dict[str, Any]:
+    """The card for a case: who, the question in one line, why, and a way back to the conversation."""
     return cards.handoff_summary_card(
-        case_id=str(getattr(case, "case_id", "")),
-        user=_user_label(user),
-        question=_question(case),
-        reason=_reason(case),
-        link=getattr(case, "link", None),
-        platform=str(getattr(case, "platform", "") or ""),
+        case_id=case.case_id,
+        user=_user_label(case.user),
+        question=case.question_line(),
+        reason=reason_label(case.reason) if case.reason else "",
+        link=case.link,
+        platform=case.platform,
     )
 
 
-def summary_text(case: Any) -> str:
+def summary_text(case: HandoffCase) -> str:
     """A one-line fallback (notifications and clients that do not render cards)."""
-    return f"New helpdesk case {getattr(case, 'case_id', '')} from {_user_label(getattr(case, 'user', None))}"
+    return f"New helpdesk case {case.case_id} from {_user_label(case.user)}"
 
 
-def transcript_text(case: Any) -> str:
+def transcript_text(case: HandoffCase) -> str:
     """The case's Markdown transcript, bounded below Teams' message size with a visible marker."""
-    render = getattr(case, "to_markdown", None)
-    text = str(render()) if callable(render) else summary_text(case)
+    text = case.to_markdown()
     if len(text) <= TRANSCRIPT_CHARS:
         return text
-    more, case_id = len(text) - TRANSCRIPT_CHARS, getattr(case, "case_id", "")
-    marker = f"…[transcript truncated: {more} more characters; see `policypal handoffs {case_id}`]"
+    more = len(text) - TRANSCRIPT_CHARS
+    marker = f"…[transcript truncated: {more} more characters; see `policypal handoffs {case.case_id}`]"
     return f"{text[:TRANSCRIPT_CHARS]}\n\n{marker}"
 
 
-def _question(case: Any) -> str:
-    line = getattr(case, "question_line", None)
-    if callable(line):
-        return str(line())
-    return str(getattr(case, "question", "") or "")
-
-
-def _reason(case: Any) -> str:
-    reason = str(getattr(case, "reason", "") or "")
-    try:
-        from bot.helpdesk.markdown import reason_label
-    except ImportError:  # an older core without labels: the raw reason still says it
-        return reason
-    return str(reason_label(reason)) if reason else ""
-
-
-def _user_label(user: Any) -> str:
-    if user is None:
-        return "unknown"
-    name, email, user_id = (getattr(user, key, None) for key in ("name", "email", "id"))
+def _user_label(user: UserRef) -> str:
+    name, email, user_id = user.name, user.email, user.id
     label = name or user_id or "unknown"
     return f"{label} ({email})" if email else str(label)

@@ -10,8 +10,8 @@ import logging
 
 from adapters.teams import cards
 from adapters.teams.handler import Connector
-from bot.delivery.notify import Notice
-from bot.store.records import PendingRecord, Place
+from bot.delivery import Notice
+from bot.store import PendingRecord, Place
 from bot.types import GaveUp, TerminationReason
 
 log = logging.getLogger(__name__)

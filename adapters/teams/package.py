@@ -15,14 +15,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bot.config import Settings
+from bot.errors import PackageError
 
 MANIFEST_DIR = Path(__file__).resolve().parents[2] / "manifests" / "teams"
 APP_ID_PLACEHOLDER = "{{MICROSOFT_APP_ID}}"
 PACKAGE_FILES = ("manifest.json", "color.png", "outline.png")
-
-
-class PackageError(Exception):
-    """The package cannot be built as configured; the message says what to set."""
 
 
 def write_package(settings: Settings, out: str, *, source: Path = MANIFEST_DIR, err: TextIO = sys.stderr) -> int:

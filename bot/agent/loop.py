@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agent.budget import Budget, Budgets, CallAllowance, HistoryMeter, estimate_tokens
 from bot.agent.compaction import apply_compaction, plan_compaction, summarise
-from bot.agent.decided import DecidedWrite, reply_from_result
+from bot.agent.decided import DecidedWrite
 from bot.agent.pricing import Price
 from bot.agent.state import PendingTurn, RunState
 from bot.agent.tools import ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
 from bot.agent.turn import ProposedWrite, TurnLimits, run_turn
-from bot.models.openai import ModelTimeout
+from bot.errors import ModelError, ModelTimeout
 from bot.types import (
     GIVE_UP_MESSAGE,
     Answer,
@@ -36,7 +37,6 @@ from bot.types import (
     Citation,
     GaveUp,
     Message,
-    ModelError,
     ModelReply,
     Outcome,
     TerminationReason,
@@ -131,7 +131,7 @@ async def _loop(
         else:
             reply = await _call_model(deps, state, tools, allowance, budget, trace, cancel)
         if isinstance(reply, TerminationReason):
-            if first_after_decision and reply is not TerminationReason.CANCELLED:
+            if first_after_decision and decided is not None and reply is not TerminationReason.CANCELLED:
                 return _answer_from_result(state, trace, decided, reply)  # the ticket exists: say so
             return _give_up(state, trace, reply)
         state.messages.append(reply.as_message())
@@ -194,11 +194,13 @@ def _model_failed(trace: RunTrace, watch: Stopwatch, error: str, budget: Budget)
     return TerminationReason.MODEL_ERROR
 
 
-async def _unless_cancelled(call: Any, cancel: asyncio.Event | None, timeout_s: float) -> ModelReply | None:
+async def _unless_cancelled(
+    call: Awaitable[ModelReply], cancel: asyncio.Event | None, timeout_s: float
+) -> ModelReply | None:
     """Await the model call, but give up at the deadline or as soon as the run is cancelled."""
     if cancel is None:
         async with asyncio.timeout(timeout_s):
-            return await call  # type: ignore[no-any-return]
+            return await call
     task = asyncio.ensure_future(call)
     stopper = asyncio.ensure_future(cancel.wait())
     try:
@@ -214,7 +216,7 @@ async def _unless_cancelled(call: Any, cancel: asyncio.Event | None, timeout_s: 
 
 
 async def _compact(deps: AgentDeps, state: RunState, budget: Budget, trace: RunTrace) -> None:
-    """Fold the middle of the history into one bridge message (see bot.conversation for what stays)."""
+    """Fold the middle of the history into one bridge message (see bot.agent.compaction for what stays)."""
     plan = plan_compaction(state.messages, state.question_index, deps.settings.keep_turns)
     if plan is None:
         return
@@ -258,7 +260,7 @@ def _final(state: RunState, trace: RunTrace, reply: ModelReply) -> RunResult:
 def _answer_from_result(
     state: RunState, trace: RunTrace, decided: DecidedWrite, exhausted: TerminationReason
 ) -> RunResult:
-    text = reply_from_result(decided)
+    text = decided.reply
     state.messages.append({"role": "assistant", "content": text})
     trace.add(Step("answer", decided.tool, stop_reason=exhausted.value, text=text))
     return _finish(state, trace, TerminationReason.ANSWERED, Answer(text))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from bot.errors import UnknownPrice
+
 
 @dataclass(frozen=True)
 class Price:
@@ -29,10 +31,6 @@ KNOWN_PRICES: dict[str, Price] = {
     "gpt-5-nano": Price(0.05, 0.40),
     "policypal-offline": Price(0.0, 0.0),
 }
-
-
-class UnknownPrice(Exception):
-    """A dollar cap is set but the model has no price: refuse rather than run uncapped."""
 
 
 class PriceTable:

@@ -6,13 +6,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bot.agent.budget import Spent
+from bot.errors import StateVersionError
 from bot.types import Citation, Message, UserRef
 
 STATE_VERSION = 1
-
-
-class StateVersionError(Exception):
-    """Saved run state written by a release this one cannot read."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ import fastjsonschema
 from jsonschema import Draft202012Validator
 
 from bot.agent.canonical import canonical_json
+from bot.errors import ToolRefusal
 from bot.types import UserRef
 from bot.unicode_text import is_utf8
 
@@ -57,14 +58,6 @@ class Tool:
         if user.is_guest and not guests_ok:
             return False
         return self.allowed_groups is None or bool(self.allowed_groups & set(user.groups))
-
-
-class ToolRefusal(Exception):
-    """A call the model should hear about (unknown tool, bad JSON, schema violation, bad Unicode, not permitted)."""
-
-    def __init__(self, message: str, *, denied_write: bool = False) -> None:
-        super().__init__(message)
-        self.denied_write = denied_write
 
 
 class ToolRegistry:

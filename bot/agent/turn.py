@@ -15,8 +15,9 @@ from typing import Any
 
 from bot.agent.canonical import canonical_json, to_json
 from bot.agent.state import RunState
-from bot.agent.tools import Consequence, Tool, ToolContext, ToolRefusal, ToolRegistry
+from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
+from bot.errors import ToolRefusal
 from bot.types import Citation, ToolCall
 
 log = logging.getLogger(__name__)

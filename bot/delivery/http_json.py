@@ -15,17 +15,20 @@ Exceptions::
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
 import logging
+import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
+
+from bot.delivery.retry import RetryPolicy
+from bot.errors import RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +36,6 @@ SIGNATURE_HEADER = "X-PolicyPal-Signature"
 TIMESTAMP_HEADER = "X-PolicyPal-Timestamp"
 MAX_RETRY_AFTER_S = 5.0  # honour Retry-After only this far: a confirm click is waiting
 FOLLOWS_REDIRECTS = frozenset({"GET", "HEAD"})  # a redirected POST comes back as a GET without its body
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,19 +46,11 @@ class HttpPolicy:
     attempts: int = 3
     backoff_s: float = 0.5
 
-
-class RemoteError(Exception):
-    """A remote API call failed; the message is safe to show to the user and the model."""
-
-    def __init__(self, message: str, *, kind: str, status: int | None = None, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status = status
-        self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in ("rate_limited", "unavailable", "timeout")
+    def retry(self) -> RetryPolicy:
+        """The retry policy of a call: bounded by attempts, waits capped (a confirm click is waiting)."""
+        return RetryPolicy(
+            attempts=self.attempts, first_s=self.backoff_s, max_wait_s=MAX_RETRY_AFTER_S, total_s=math.inf, jitter=0.0
+        )
 
 
 @dataclass(frozen=True)
@@ -134,39 +128,6 @@ class JsonHttp:
         raise _status_error(self.service, response.status, detail, _retry_after(response))
 
 
-async def with_retries(
-    attempt: Callable[[], Awaitable[T]],
-    policy: HttpPolicy,
-    *,
-    recover: Callable[[], Awaitable[T | None]] | None = None,
-) -> T:
-    """Run ``attempt`` until it succeeds, a non-retryable error, or the attempts run out.
-
-    After an ambiguous failure (timeout, 5xx) the first call may have acted; before trying again,
-    ``recover`` looks for its result (a ticket with our correlation id) and returns it if found.
-    """
-    for number in range(1, policy.attempts + 1):
-        if number > 1 and recover is not None and (found := await _quietly(recover)) is not None:
-            return found
-        try:
-            return await attempt()
-        except RemoteError as exc:
-            if not exc.retryable or number == policy.attempts:
-                raise
-            pause = exc.retry_after if exc.retry_after is not None else policy.backoff_s * 2 ** (number - 1)
-            log.warning("%s; retrying in %.1f s (attempt %d of %d)", exc, pause, number + 1, policy.attempts)
-            await asyncio.sleep(min(pause, MAX_RETRY_AFTER_S))
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-async def _quietly(recover: Callable[[], Awaitable[T | None]]) -> T | None:
-    try:
-        return await recover()
-    except RemoteError as exc:  # a failed check must not hide the retry that follows
-        log.warning("idempotency check failed: %s", exc)
-        return None
-
-
 def json_bytes(body: Any) -> bytes:
     """The exact bytes sent for a JSON body (what a signature covers)."""
     return json.dumps(body, ensure_ascii=False).encode()
@@ -232,3 +193,11 @@ def _retry_after(response: aiohttp.ClientResponse) -> float | None:
         return float(response.headers["Retry-After"])
     except (KeyError, ValueError):
         return None
+
+
+def error_message(body: Any) -> str | None:
+    """A JSON error body's ``{"error": ...}`` or ``{"message": ...}``, whichever it sent (webhooks)."""
+    if isinstance(body, dict):
+        error = body.get("error") or body.get("message")
+        return str(error.get("message", error)) if isinstance(error, dict) else (str(error) if error else None)
+    return None

@@ -2,7 +2,7 @@
 
 Crash recovery must reply in the thread of a run whose process died, and an expired card should say
 so. The core knows where each conversation lives (``Place``, kept from its first message); each
-adapter implements ``Notifier`` for its platform and the composition root (adapters/server.py)
+adapter implements ``Notifier`` for its platform and the composition root (adapters/server/app.py)
 registers it here, so bot/ never imports platform code. A platform with no notifier (the terminal)
 is logged instead.
 """
@@ -13,9 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.helpdesk.cases import place_from_key
-from bot.store.records import PendingRecord, Place
-from bot.store.store import Store
+from bot.store import PendingRecord, Place, Store
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +55,7 @@ class Notifiers:
 
     async def notify(self, conversation_key: str, notice: Notice) -> bool:
         """Post in the conversation's thread; never raises (recovery must go on to the next run)."""
-        place = await self._store.get_place(conversation_key) or place_from_key(conversation_key)
+        place = await self._store.threads.get_place(conversation_key) or Place.from_key(conversation_key)
         notifier = self._by_platform.get(place.platform)
         if notifier is None:
             log.warning("no way to post on %s: %s was not told: %s", place.platform, conversation_key, notice.text)

@@ -1,7 +1,7 @@
 """Platform-neutral handoff destinations: a signed JSON webhook and email over SMTP.
 
-Slack and Teams destinations live with their adapters (``adapters/slack_helpdesk.py``,
-``adapters/teams_helpdesk.py``); ``adapters/helpdesk_destinations.py`` assembles all of them from
+Slack and Teams destinations live with their adapters (``adapters/slack/helpdesk.py``,
+``adapters/teams/helpdesk.py``); ``adapters/destinations.py`` assembles all of them from
 settings. A destination makes one attempt and raises on failure: retries belong to the outbox.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from email.message import EmailMessage
 from email.utils import formatdate
 
-from bot.delivery.http_json import HttpPolicy, JsonHttp, json_bytes, signed_headers
-from bot.helpdesk.cases import HandoffCase, reason_label
+from bot.delivery import HttpPolicy, JsonHttp, error_message, json_bytes, signed_headers
+from bot.helpdesk.case import HandoffCase
 from bot.helpdesk.outbox import Delivery
-from bot.tickets.remote import webhook_error
+from bot.helpdesk.reasons import reason_label
 
 SMTPS_PORT = 465
 
@@ -51,7 +51,7 @@ class WebhookDestination:
         body = {"type": "policypal.handoff", "idempotency_key": key, "case": case.to_json()}
         raw = json_bytes({**body, "markdown": case.to_markdown()})
         headers = {"Idempotency-Key": key, **signed_headers(self._secret, raw)}
-        response = await self._http.send("POST", self._url, data=raw, headers=headers, error_text=webhook_error)
+        response = await self._http.send("POST", self._url, data=raw, headers=headers, error_text=error_message)
         body = response.body
         return str(body["id"]) if isinstance(body, dict) and body.get("id") else f"HTTP {response.status}"
 

@@ -4,35 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bot.cards import when
+from bot.helpdesk.reasons import reason_label
+
 if TYPE_CHECKING:
-    from bot.helpdesk.cases import HandoffCase
-
-USER_REQUEST = "user_request"
-TICKET_FAILED = "ticket_failed"
-ACTION_UNKNOWN = "action_unknown"
-CARD_NOT_SHOWN = "card_not_shown"
-
-_REASON_LABELS = {
-    "step_budget": "ran out of steps",
-    "token_budget": "ran out of tokens",
-    "deadline": "ran out of time",
-    "cost_budget": "hit the cost cap",
-    "no_progress": "made no progress",
-    "policy_denied": "asked for something only the helpdesk can do",
-    "model_error": "the model failed",
-    "cancelled": "the run was cancelled",
-    "internal_error": "PolicyPal hit an internal error (its log has the traceback)",
-    USER_REQUEST: "the user asked for a human",
-    TICKET_FAILED: "the ticket system refused a confirmed ticket",
-    ACTION_UNKNOWN: "a confirmed action was interrupted; check whether it happened",
-    CARD_NOT_SHOWN: "the confirmation card could not be posted, so nothing was done",
-}
-
-
-def reason_label(reason: str) -> str:
-    """A few words a helpdesk agent understands without knowing the termination reasons."""
-    return _REASON_LABELS.get(reason, reason.replace("_", " "))
-
+    from bot.helpdesk.case import HandoffCase
 
 def case_markdown(case: HandoffCase) -> str:
     """Header facts, budgets, every run step by step, then the actions the user confirmed or cancelled."""
@@ -54,7 +30,7 @@ def _header(case: HandoffCase) -> str:
         f"- **Link:** {case.link or 'none'}",
         f"- **Question:** {case.question_line(500)}",
         f"- **Reason:** {case.reason}",
-        f"- **Opened:** {case.created_at:%Y-%m-%d %H:%M} UTC",
+        f"- **Opened:** {when(case.created_at)}",
     ]
     if case.transcript.get("detail"):
         lines.append(f"- **Detail:** {case.transcript['detail']}")

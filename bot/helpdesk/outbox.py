@@ -1,7 +1,7 @@
 """The handoff outbox: deliver every case to every destination, once, surviving failures and restarts.
 
 Each (case, destination) pair is a row written with the case itself. A worker claims a due row
-with one conditional UPDATE (``Store.claim_delivery``), so when several processes run the outbox
+with one conditional UPDATE (``store.cases.claim_delivery``), so when several processes run the outbox
 each delivery is attempted by exactly one of them. A failed attempt goes back to ``pending`` with
 an exponential backoff; after ``max_attempts`` it becomes ``failed``, which ``policypal handoffs
 --failed`` lists and ``policypal handoffs --retry`` puts back.
@@ -28,12 +28,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
 
-from bot.delivery.http_json import RemoteError
-from bot.helpdesk.cases import Destination, HandoffCase, case_id_for, case_number
+from bot.errors import ClaimLost, RemoteError
+from bot.helpdesk.case import Destination, HandoffCase, case_id_for, case_number
 from bot.redaction import Redactor, bounded
-from bot.store.columns import utcnow
-from bot.store.records import DeliveryRecord
-from bot.store.store import Store
+from bot.store import DeliveryRecord, DeliveryState, Store, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +70,6 @@ class TrackedDestination(Protocol):
     """A destination that needs its outbox row; the outbox calls ``deliver_tracked`` instead of ``deliver``."""
 
     async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None: ...
-
-
-class ClaimLost(RuntimeError):
-    """Another worker took this delivery over (ours was presumed dead): stop, it carries on."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +121,7 @@ class Outbox:
         now = self._clock()
         stale_before = now - timedelta(seconds=self.policy.stale_after_s)
         number = case_number(case_id) if case_id else None
-        due = await self._store.due_deliveries(
+        due = await self._store.cases.due_deliveries(
             self.names, now, stale_before, case_number=number, limit=self.policy.batch
         )
         timeout = timeout_s if timeout_s is not None else self.policy.deliver_timeout_s
@@ -160,15 +154,15 @@ class Outbox:
         number = case_number(case_id) if case_id else None
         if case_id and number is None:
             return 0
-        return await self._store.retry_failed_deliveries(self._clock(), number)
+        return await self._store.cases.retry_failed(self._clock(), number)
 
     async def _attempt(
         self, row: DeliveryRecord, now: datetime, stale_before: datetime, timeout: float
     ) -> DeliveryResult | None:
-        attempt = await self._store.claim_delivery(row.id, self._owner, now, stale_before)
+        attempt = await self._store.cases.claim_delivery(row.id, self._owner, now, stale_before)
         if attempt is None:
             return None  # another worker has it
-        record = await self._store.get_handoff(row.case_number)
+        record = await self._store.cases.get(row.case_number)
         if record is None:
             return await self._failed(row, attempt, "case not found", final=True)
         case = HandoffCase.from_record(record)
@@ -183,7 +177,7 @@ class Outbox:
             return None
         except Exception as exc:
             return await self._failed(row, attempt, _describe(exc), final=attempt >= self.policy.max_attempts)
-        settled = await self._store.settle_delivery(
+        settled = await self._store.cases.settle_delivery(
             row.id, self._owner, attempt, "delivered", external_ref=ref, delivered_at=self._clock(), last_error=None
         )
         if not settled:
@@ -197,13 +191,14 @@ class Outbox:
         claimed = await self._claimed(row)  # progress as of our claim, not as of the due-list read
 
         async def save(progress: str) -> None:
-            if not await self._store.settle_delivery(row.id, self._owner, attempt, "sending", external_ref=progress):
+            cases = self._store.cases
+            if not await cases.settle_delivery(row.id, self._owner, attempt, "sending", external_ref=progress):
                 raise ClaimLost(f"delivery {row.id} was taken over by another worker")
 
         return await destination.deliver_tracked(case, Delivery(claimed.idempotency_key, claimed.external_ref, save))
 
     async def _claimed(self, row: DeliveryRecord) -> DeliveryRecord:
-        rows = await self._store.deliveries([row.case_number])
+        rows = await self._store.cases.deliveries([row.case_number])
         return next((r for r in rows if r.id == row.id), row)
 
     async def _failed(self, row: DeliveryRecord, attempt: int, error: str, *, final: bool) -> DeliveryResult:
@@ -211,8 +206,8 @@ class Outbox:
         fields: dict[str, object] = {"last_error": error}
         if not final:
             fields["next_attempt_at"] = self._clock() + self.policy.delay(attempt)
-        state = "failed" if final else "pending"
-        await self._store.settle_delivery(row.id, self._owner, attempt, state, **fields)
+        state: DeliveryState = "failed" if final else "pending"
+        await self._store.cases.settle_delivery(row.id, self._owner, attempt, state, **fields)
         case_id, where = case_id_for(row.case_number), row.destination
         if final:
             log.error("handoff %s to %s failed for good after %d attempts: %s", case_id, where, attempt, error)

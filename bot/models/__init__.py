@@ -1,0 +1,10 @@
+"""The model boundary: any OpenAI-compatible chat endpoint, or the offline model when no key is set.
+
+Both implement ``bot.types.ChatModel``; ``bot.wiring.build_model`` chooses between them.
+"""
+
+from bot.models.offline import NAME as OFFLINE_MODEL
+from bot.models.offline import OfflineModel
+from bot.models.openai import OpenAIChatModel
+
+__all__ = ["OFFLINE_MODEL", "OfflineModel", "OpenAIChatModel"]

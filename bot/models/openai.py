@@ -1,4 +1,4 @@
-"""The model boundary: an OpenAI-compatible chat client, and the choice between it and the offline model.
+"""Any OpenAI-compatible chat endpoint (OpenAI, Azure OpenAI, vLLM, Ollama...) through the openai SDK.
 
 Errors raised from here::
 
@@ -24,12 +24,13 @@ import openai
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
-from bot.models.offline.model import OfflineModel, estimate_usage
-from bot.types import ChatModel, Message, ModelError, ModelReply, ToolCall, Usage
+from bot.errors import ModelError, ModelTimeout
+from bot.models.offline import estimate_usage
+from bot.types import Message, ModelReply, ToolCall, Usage
 from bot.unicode_text import clean_text
 
 if TYPE_CHECKING:
-    from bot.config import Settings
+    pass
 
 MaxTokensParam = Literal["auto", "max_completion_tokens", "max_tokens"]
 
@@ -38,10 +39,6 @@ _OPENAI_HOSTS = ("api.openai.com",)
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # OpenAI's own 401 text quotes a masked key ("sk-abc***xyz"); redact anything key-shaped as well.
 _KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}")
-
-
-class ModelTimeout(ModelError):
-    """The model call ran past its timeout; the run ends with ``model_error`` like any other failure."""
 
 
 _CALL_ENDS: ContextVar[float | None] = ContextVar("policypal_model_call_ends", default=None)
@@ -136,18 +133,6 @@ class OpenAIChatModel:
         return _KEY_SHAPED.sub("[redacted]", text)
 
 
-def build_model(settings: Settings) -> ChatModel:
-    """The real client when an API key is configured, else the offline model: the bot always answers."""
-    if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
-        return OfflineModel()
-    return OpenAIChatModel(
-        api_key=settings.openai_api_key.get_secret_value(),
-        base_url=settings.openai_base_url,
-        model=settings.model,
-        max_tokens_param=settings.max_tokens_param,
-    )
-
-
 def _resolve_max_tokens_field(param: MaxTokensParam, host: str | None) -> str:
     if param != "auto":
         return param
@@ -166,8 +151,8 @@ def _describe(exc: openai.OpenAIError) -> str:
 
 def _api_message(exc: openai.APIStatusError) -> str:
     body = exc.body
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return body["message"]
+    if isinstance(body, dict) and isinstance(message := body.get("message"), str):
+        return message
     if isinstance(body, str) and body.strip():
         return body.strip()[:300]
     return exc.message

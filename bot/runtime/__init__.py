@@ -1,0 +1,33 @@
+"""What a running process needs besides the answer: logs, metrics, admission, in-flight runs,
+readiness, its own identity, background tasks, small caches, and the sweeper that recovers what
+dead processes left behind.
+"""
+
+from bot.runtime.cache import ExpiringCache
+from bot.runtime.inflight import InFlight
+from bot.runtime.logs import configure_json_logging, log_context
+from bot.runtime.metrics import Metrics
+from bot.runtime.process import THIS_PROCESS, ProcessId
+from bot.runtime.ratelimit import BUSY_TEXT, Admission, RunSlots, UserRateLimit
+from bot.runtime.readiness import Readiness
+from bot.runtime.sweeper import Sweeper, SweepPolicy, SweepReport
+from bot.runtime.tasks import BackgroundTasks
+
+__all__ = [
+    "BUSY_TEXT",
+    "THIS_PROCESS",
+    "Admission",
+    "BackgroundTasks",
+    "ExpiringCache",
+    "InFlight",
+    "Metrics",
+    "ProcessId",
+    "Readiness",
+    "RunSlots",
+    "SweepPolicy",
+    "SweepReport",
+    "Sweeper",
+    "UserRateLimit",
+    "configure_json_logging",
+    "log_context",
+]

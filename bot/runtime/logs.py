@@ -46,7 +46,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(self._redactor.value(line), ensure_ascii=False, default=str)
 
 
-# Chatty at INFO about nothing an operator acts on; bot.migrate logs the upgrade itself.
+# Chatty at INFO about nothing an operator acts on; bot.store.migrate logs the upgrade itself.
 QUIET_LOGGERS = ("alembic.runtime.migration", "httpx", "httpx2")
 
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from bot.store.store import Store
+from bot.store import Store
 
 RATE_LIMITED_TEXT = (
     "You've asked me {limit} questions in the last minute, which is as many as I take from one person. "
@@ -43,7 +43,7 @@ class UserRateLimit:
         if self.limit <= 0:
             return True
         now = self._clock() / self.window_s
-        count, previous, window = await self._store.count_hit(key, int(now))
+        count, previous, window = await self._store.rates.count_hit(key, int(now))
         overlap = 1.0 - min(max(now - window, 0.0), 1.0)  # share of the previous window still inside
         return previous * overlap + count <= self.limit
 

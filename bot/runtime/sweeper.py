@@ -27,15 +27,17 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from bot.delivery.notify import Notice, Notifiers
-from bot.helpdesk.cases import HandoffCase
+from bot.delivery import Notice, Notifiers
+from bot.helpdesk import HandoffCase
 from bot.runtime.logs import log_context
 from bot.runtime.process import THIS_PROCESS, ProcessId
-from bot.service import PolicyPal
-from bot.store.columns import utcnow
-from bot.store.records import PendingRecord, RunRow
+from bot.store import PendingRecord, RunRow, utcnow
 from bot.types import TerminationReason, UserRef
+
+if TYPE_CHECKING:  # the sweeper works on the service it is given; the service never needs the sweeper
+    from bot.service import PolicyPal
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ class Sweeper:
     async def _beat_forever(self) -> None:
         while not self._stop.is_set():
             try:
-                await self.service.store.heartbeat(self._owner, self._started)
+                await self.service.store.workers.heartbeat(self._owner, self._started)
             except Exception:
                 log.exception("heartbeat failed")
             await self._pause()
@@ -118,11 +120,11 @@ class Sweeper:
 
     async def forget_me(self) -> None:
         """At a clean shutdown, after the runs are done: others need not wait for our heartbeat to age."""
-        await self.service.store.forget_worker(self._owner)
+        await self.service.store.workers.forget(self._owner)
 
     async def sweep_once(self) -> SweepReport:
         store, report = self.service.store, SweepReport()
-        await store.heartbeat(self._owner, self._started)
+        await store.workers.heartbeat(self._owner, self._started)
         for run in await self._dead_runs():
             if await self._recover_run(run):
                 report.recovered_runs.append(run.id)
@@ -138,8 +140,8 @@ class Sweeper:
 
     async def _dead_runs(self) -> list[RunRow]:
         now, store = self._clock(), self.service.store
-        beats = await store.heartbeats()
-        return [run for run in await store.running_runs() if self._is_dead(run, beats, now)]
+        beats = await store.workers.heartbeats()
+        return [run for run in await store.runs.unfinished() if self._is_dead(run, beats, now)]
 
     def _is_dead(self, run: RunRow, beats: dict[str, datetime], now: datetime) -> bool:
         age = (now - run.started_at).total_seconds()
@@ -156,7 +158,7 @@ class Sweeper:
     async def _recover_run(self, run: RunRow) -> bool:
         """Take the run over (exactly one replica wins), hand it to the helpdesk, tell the user, finish it."""
         store = self.service.store
-        if not await store.take_over_run(run.id, run.owner, self._owner):
+        if not await store.runs.take_over(run.id, run.owner, self._owner):
             return False
         with log_context(run_id=run.id, conversation=run.conversation_key, platform=run.platform):
             log.warning("run %s died with its process (%s); handing it to the helpdesk", run.id, run.owner)
@@ -172,13 +174,13 @@ class Sweeper:
             text = case.user_reply()
             await self._remember(run, text)
             await self.notifiers.notify(run.conversation_key, Notice(text, run.id, case.case_id))
-            await store.abandon_run(run.id, self._owner, TerminationReason.CANCELLED.value)
+            await store.runs.abandon(run.id, self._owner, TerminationReason.CANCELLED.value)
         return True
 
     async def _remember(self, run: RunRow, reply: str) -> None:
         """The thread's history gets the question and the give-up, as if the run had ended so."""
         exchange = [{"role": "user", "content": run.question}, {"role": "assistant", "content": reply}]
-        await self.service.store.append_history(run.conversation_key, exchange)
+        await self.service.store.threads.append_history(run.conversation_key, exchange)
 
     async def _tell_requester(self, record: PendingRecord, case: HandoffCase) -> None:
         notice = Notice(case.user_reply(), record.run_id, case.case_id)
@@ -186,10 +188,10 @@ class Sweeper:
 
     async def _prune(self) -> None:
         now, store = self._clock(), self.service.store
-        await store.prune_events(now - self.policy.keep_events)
-        await store.prune_workers(now - self.policy.forget_workers)
+        await store.threads.prune_events(now - self.policy.keep_events)
+        await store.workers.prune(now - self.policy.forget_workers)
         if self.service.admission is not None:
-            await store.prune_rate_windows(self.service.admission.users.oldest_window())
+            await store.rates.prune(self.service.admission.users.oldest_window())
 
     def _count(self, report: SweepReport) -> None:
         recovered = self.service.metrics.recovered

@@ -1,0 +1,37 @@
+"""Everything that must survive a restart, in SQLite (embedded) or PostgreSQL (shared by replicas).
+
+``Store`` is the one object a process opens; its repositories (``store.threads``, ``store.runs``,
+``store.workers``, ``store.pending``, ``store.tickets``, ``store.cases``, ``store.rates``) hand
+out the plain records below, never ORM rows. ``bot.store.migrate`` (Alembic, loaded only when a
+database is opened or upgraded) brings a database to this release.
+"""
+
+from bot.store.columns import UtcDateTime, utcnow
+from bot.store.engine import SchemaPolicy, prepare_sqlite_file
+from bot.store.records import (
+    DeliveryRecord,
+    DeliveryState,
+    HandoffRecord,
+    PendingRecord,
+    PendingState,
+    Place,
+    RunRow,
+    RunStatus,
+)
+from bot.store.store import Store
+
+__all__ = [
+    "DeliveryRecord",
+    "DeliveryState",
+    "HandoffRecord",
+    "PendingRecord",
+    "PendingState",
+    "Place",
+    "RunRow",
+    "RunStatus",
+    "SchemaPolicy",
+    "Store",
+    "UtcDateTime",
+    "prepare_sqlite_file",
+    "utcnow",
+]

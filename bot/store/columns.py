@@ -1,4 +1,4 @@
-"""UTC timestamps: the column type shared by the models in ``bot.tables`` and the Alembic migrations in
+"""UTC timestamps: the column type shared by the models in ``bot.store.tables`` and the Alembic migrations in
 ``bot.migrations``, and ``utcnow()``, the only kind of time the store accepts.
 
 They live apart from the models so a migration can import them without importing the models as they

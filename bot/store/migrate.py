@@ -1,6 +1,6 @@
 """Schema migrations: where the database stands against this release, and bringing it to head.
 
-The tables are defined once, in ``bot.tables`` on one ``Base``; Alembic revisions under
+The tables are defined once, in ``bot.store.tables`` on one ``Base``; Alembic revisions under
 ``bot/migrations/versions`` (shipped as package data) move a database from any earlier release to
 this one. Policy (see docs/deploy.md):
 
@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import ConfigError
+from bot.errors import DatabaseNotReady
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,6 @@ BASELINE_TABLES = frozenset(
 )  # fmt: skip
 UPGRADE_LOCK = 7_140_925_301  # pg_advisory_xact_lock key: one upgrade at a time per database
 VERSION_TABLE = "alembic_version"
-
-
-class DatabaseNotReady(ConfigError):
-    """The database's schema is not the one this release needs; the message says what to run."""
 
 
 @dataclass(frozen=True)

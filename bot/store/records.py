@@ -91,6 +91,13 @@ class Place:
     link: str | None
     address: dict[str, Any] | None = None  # the platform's reference for posting here later
 
+    @classmethod
+    def from_key(cls, key: str) -> Place:
+        """Best effort for conversations older than ``thread_places``: the platform is the key's first part."""
+        platform, _, rest = key.partition(":")
+        tenant, _, rest = rest.partition(":")
+        return cls(key=key, platform=platform, tenant=tenant, channel=rest, thread="", link=None)
+
 
 @dataclass(frozen=True)
 class HandoffRecord:

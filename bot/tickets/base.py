@@ -1,10 +1,11 @@
-"""Ticket backends behind one interface; the local store is the embedded default.
+"""Ticket backends behind one interface: what a ticket request is, what comes back, what failure looks like.
 
-``bot.ticket_backends`` holds the remote ones (Jira Service Management, ServiceNow, a signed
-webhook) and picks one from settings. Every backend gets the pending action id as
-``idempotency_key`` and sends it the way its API allows, so a retry never makes a second ticket
-where the API lets us check. A backend that fails raises ``TicketError`` with a message the model
-can explain to the user; the ticket tool turns it into an ``{"error": ...}`` result.
+The local store is the embedded default (``bot.tickets.local``); the remote ones are Jira Service
+Management, ServiceNow and a signed webhook; ``bot.tickets.choice`` picks one from settings. Every
+backend gets the pending action id as ``idempotency_key`` and sends it the way its API allows, so
+a retry never makes a second ticket where the API lets us check. A backend that fails raises
+``TicketError`` with a message the model can explain to the user; the ticket tool turns it into an
+``{"error": ...}`` result.
 """
 
 from __future__ import annotations
@@ -12,10 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.store.store import Store
 from bot.types import UserRef
-
-LOCAL_TICKET_OFFSET = 1000  # IT-1001 is the first ticket: readable ids that never look like a count
 
 
 @dataclass(frozen=True)
@@ -47,41 +45,5 @@ class Ticket:
     url: str | None = None
 
 
-class TicketError(Exception):
-    """The ticket system refused or failed; the message is shown to the model and the user.
-
-    ``kind`` is one of auth, validation, rate_limited, unavailable, timeout, protocol, config.
-    """
-
-    def __init__(self, message: str, *, kind: str = "unavailable") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
 class TicketBackend(Protocol):
     async def create(self, request: TicketRequest) -> Ticket: ...
-
-
-class LocalTickets:
-    """Tickets in PolicyPal's own database, with readable ids (IT-1001, ...): the embedded default."""
-
-    name = "local"
-
-    def __init__(self, store: Store, prefix: str = "IT") -> None:
-        self._store = store
-        self._prefix = prefix
-
-    async def create(self, request: TicketRequest) -> Ticket:
-        number, _ = await self._store.create_ticket(
-            request.idempotency_key,
-            category=request.category,
-            summary=request.summary,
-            urgency=request.urgency,
-            details=request.details,
-            requester_id=request.requester.id,
-            requester_name=request.requester.name,
-        )
-        return Ticket(id=self.ticket_id(number))
-
-    def ticket_id(self, number: int) -> str:
-        return f"{self._prefix}-{number + LOCAL_TICKET_OFFSET}"

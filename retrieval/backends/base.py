@@ -1,15 +1,9 @@
-"""The storage seam: one small protocol, served in-process by qdrant-edge or by a Qdrant server.
+"""The storage seam: one small protocol, the values that cross it, and the helpers both engines share.
 
-Both backends store the same points (a named dense vector, a BM25 sparse vector with IDF, and a
-payload) and answer with the same two rankings (dense and BM25), so everything above this module is
-backend-neutral.
-
-Errors a user can act on::
-
-    PolicyIndexError (base; never a stack trace at the CLI)
-     +-- IndexMissingError   nothing indexed yet: run `policypal index`
-     +-- IndexInUseError     another process holds the embedded index
-     +-- IndexMismatchError  built with another embedding model: re-index
+Both backends (qdrant-edge in-process, retrieval.backends.edge; a Qdrant server, retrieval.backends.qdrant)
+store the same points (a named dense vector, a BM25 sparse vector with IDF, and a payload) and answer
+with the same two rankings (dense and BM25), so everything above this module is backend-neutral.
+This module imports neither engine: retrieval.backends.opener chooses one.
 """
 
 from __future__ import annotations
@@ -19,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from retrieval.config import RetrievalConfig
 from retrieval.embedding import Vectors
 from retrieval.types import SearchFilter
 
@@ -32,31 +25,6 @@ POINT_NAMESPACE = uuid.UUID("5b2f3c1e-8d0a-4f61-9a57-0c6a1f3e2b84")
 KEYWORD_FIELDS = ("doc_id", "root", "section", "audience")
 STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count", "file", "section"]
 RANKING_FIELDS = ["doc_id", "heading"]  # what a ranking carries; the passages shown are fetched whole
-
-
-class PolicyIndexError(RuntimeError):
-    """A problem with the policy index that the user can act on; the message says how."""
-
-
-class UnknownSectionError(PolicyIndexError):
-    """A section filter that names no section in the index: an empty result would read as "not in the policy"."""
-
-    def __init__(self, section: str, known: Sequence[str]) -> None:
-        self.section, self.known = section, tuple(known)
-        listed = f"its sections are {', '.join(known)}" if known else "it has no sections"
-        super().__init__(f"No section {section!r} in the policy index: {listed}.")
-
-
-class IndexMissingError(PolicyIndexError):
-    """Nothing has been indexed at the configured location yet."""
-
-
-class IndexInUseError(PolicyIndexError):
-    """Another process holds the embedded index (Qdrant's local storage is one process per path)."""
-
-
-class IndexMismatchError(PolicyIndexError):
-    """The index was built with another embedding model or dimension."""
 
 
 @dataclass(frozen=True)
@@ -185,14 +153,3 @@ def _version(payload: dict[str, Any]) -> tuple[str, str, int]:
 def audience_values(groups: Sequence[str]) -> list[str]:
     """The audience tags a user with these groups may see: theirs and the public "all"."""
     return sorted({*groups, "all"})
-
-
-def open_backend(cfg: RetrievalConfig, *, create: bool) -> IndexBackend:
-    """A Qdrant server when cfg.qdrant_url is set, else the embedded on-disk index at cfg.qdrant_path."""
-    if cfg.qdrant_url:
-        from retrieval.backends.qdrant import QdrantBackend
-
-        return QdrantBackend.connect(cfg.qdrant_url, cfg.qdrant_api_key, cfg.collection, create=create)
-    from retrieval.backends.edge import EdgeBackend
-
-    return EdgeBackend.open(cfg.qdrant_path, cfg.collection, create=create)

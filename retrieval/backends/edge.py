@@ -22,9 +22,7 @@ from retrieval.backends.base import (
     SPARSE,
     STORED_DOC_FIELDS,
     Hit,
-    IndexInUseError,
     IndexMeta,
-    IndexMissingError,
     IndexPoint,
     Rankings,
     StoredDoc,
@@ -32,6 +30,7 @@ from retrieval.backends.base import (
     collect_stored_docs,
 )
 from retrieval.embedding import Vectors
+from retrieval.errors import IndexInUseError, IndexMissingError
 from retrieval.types import SearchFilter
 
 try:

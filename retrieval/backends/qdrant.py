@@ -20,15 +20,14 @@ from retrieval.backends.base import (
     STORED_DOC_FIELDS,
     Hit,
     IndexMeta,
-    IndexMissingError,
     IndexPoint,
-    PolicyIndexError,
     Rankings,
     StoredDoc,
     audience_values,
     collect_stored_docs,
 )
 from retrieval.embedding import Vectors
+from retrieval.errors import IndexMissingError, PolicyIndexError
 from retrieval.types import SearchFilter
 
 META_KEY = "policypal"

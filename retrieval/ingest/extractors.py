@@ -1,4 +1,4 @@
-"""Text out of binary formats (PDF, DOCX) as rough Markdown, ready for markdown_norm.
+"""Text out of binary formats (PDF, DOCX) as rough Markdown, ready for ingest.markdown.
 
 PDF has no structure to read, so headings are guessed cheaply (short Title Case or numbered lines);
 DOCX carries styles, so Heading N, list paragraphs and tables map directly.
@@ -17,9 +17,7 @@ from docx.table import Table, _Cell, _Row
 from docx.text.paragraph import Paragraph
 from pypdf import PdfReader
 
-
-class ExtractError(Exception):
-    """A file that cannot become a document; the message is the reason shown to the operator."""
+from retrieval.errors import ExtractError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import html
 import re
 
-from bs4 import BeautifulSoup, Comment, NavigableString, Tag
+from bs4 import BeautifulSoup, Comment, Tag
+from bs4.element import NavigableString, PageElement
 
 from retrieval.ingest.markdown import fenced
 
@@ -54,7 +55,7 @@ def html_to_markdown(page: str) -> tuple[str, str | None]:
     """Convert a whole HTML page to Markdown, keeping only its main content; also return <title>."""
     soup = BeautifulSoup(page, _PARSER)
     title = _clean(soup.title.get_text()) if soup.title else None
-    root = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.find("article") or soup.body or soup
+    root = soup.find("main") or soup.find(role="main") or soup.find("article") or soup.body or soup
     if root is soup.body:
         # Site chrome sits in body-level header/footer; inside <main> they are content.
         for chrome in root.find_all(["header", "footer"], recursive=False):
@@ -162,13 +163,13 @@ def _block(tag: Tag) -> list[str]:
     return _blocks(tag)
 
 
-def _inline(node: Tag | NavigableString, plain: bool = False) -> str:
+def _inline(node: PageElement, plain: bool = False) -> str:
     """Markdown for inline content; ``plain`` drops emphasis marks (a heading reads "Leave rules")."""
     if isinstance(node, Comment):
         return ""
     if isinstance(node, NavigableString):
         return str(node)
-    if node.name in _DROP:
+    if not isinstance(node, Tag) or node.name in _DROP:  # a parsed tree holds only tags and strings
         return ""
     if node.name == "br":
         return " "

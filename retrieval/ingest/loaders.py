@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from retrieval.ingest.extractors import ExtractError, docx_to_markdown, pdf_to_markdown
+from retrieval.errors import ExtractError, NoBodyText
+from retrieval.ingest.extractors import docx_to_markdown, pdf_to_markdown
 from retrieval.ingest.html import convert_embedded_html, html_to_markdown
 from retrieval.ingest.markdown import normalise_markdown
 from retrieval.ingest.templating import strip_templates
@@ -281,10 +282,6 @@ def _document(candidate: _Candidate, parsed: _Parsed) -> Document:
         meta.doc_id or candidate.doc_id, title, meta.url or str(candidate.path), parsed.text, digest,
         meta.section, meta.audience, file,
     )
-
-
-class NoBodyText(ExtractError):
-    """A page that is only a title (a stub): nothing to index, worth a note but not a failure."""
 
 
 def _require_body(text: str) -> None:

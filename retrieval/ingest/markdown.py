@@ -2,7 +2,7 @@
 
 Output blocks are separated by one blank line: ``#`` headings, paragraphs (hard-wrapped lines
 joined), lists (one item a line, ``- `` bullets, two spaces a nesting level), pipe tables
-(``| a | b |``), ``> `` quotes and fenced code. Links keep their text (see html_text); images
+(``| a | b |``), ``> `` quotes and fenced code. Links keep their text (see ingest.html); images
 keep only a descriptive alt text.
 """
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from bot.config import Settings
 from bot.service import PolicyPal, Reply
-from bot.store.columns import utcnow
+from bot.store import utcnow
 from bot.types import Inbound, UserRef
 from bot.wiring import open_service
-from retrieval.types import Passage
+from retrieval import Passage
 from tests.fakes.openai_server import FakeOpenAI, RecordedRequest, tool_calls
 
 ALICE = UserRef("U_ALICE", "Alice", "alice@example.com", groups=("all",))
@@ -99,7 +99,7 @@ async def wait_delivered(store: Any, case_number: int = 1, timeout: float = 5.0)
     """Wait until the server's outbox worker has recorded the case as delivered everywhere."""
     async with asyncio.timeout(timeout):
         while True:
-            rows = await store.deliveries([case_number])
+            rows = await store.cases.deliveries([case_number])
             if rows and all(r.state == "delivered" for r in rows):
                 return
             await asyncio.sleep(0.02)
@@ -119,5 +119,5 @@ async def left_executing_by_a_crash(svc: PolicyPal, question: str = "VPN broken 
     reply = await ask(svc, question)
     action = reply.outcome.action  # type: ignore[union-attr]
     long_ago = utcnow() - timedelta(hours=1)
-    assert await svc.store.transition(action.id, ("open",), "executing", decided_at=long_ago, decider=ALICE.id)
+    assert await svc.store.pending.transition(action.id, ("open",), "executing", decided_at=long_ago, decider=ALICE.id)
     return action

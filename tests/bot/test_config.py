@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import ConfigError, Settings, load_settings
+from bot.config import Settings, load_settings
+from bot.errors import ConfigError
 
 
 def from_env(monkeypatch: pytest.MonkeyPatch, **variables: str) -> Settings:

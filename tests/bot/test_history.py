@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bot.store.store import Store
+from bot.store import Store
 from tests.bot.helpers import OnePassage, ask, service
 from tests.fakes.openai_server import delay, text
 
@@ -22,11 +22,12 @@ def exchange(n: int, by: str) -> list[dict[str, str]]:
 async def test_concurrent_appends_from_two_processes_all_stay_each_exchange_whole(
     store: Store, second_store: Store
 ) -> None:
-    await store.append_history(KEY, exchange(0, "first"))
-    writes = [(store if n % 2 else second_store).append_history(KEY, exchange(n, str(n % 2))) for n in range(1, 41)]
+    await store.threads.append_history(KEY, exchange(0, "first"))
+    stores = (second_store, store)
+    writes = [stores[n % 2].threads.append_history(KEY, exchange(n, str(n % 2))) for n in range(1, 41)]
     await asyncio.gather(*writes)
 
-    history = await second_store.load_history(KEY)
+    history = await second_store.threads.load_history(KEY)
 
     assert len(history) == 82
     pairs = [(history[i]["content"], history[i + 1]["content"]) for i in range(0, len(history), 2)]
@@ -44,7 +45,7 @@ async def test_two_messages_answered_at_once_in_one_thread_both_stay_in_its_hist
         first, second = await asyncio.gather(
             ask(replica_a, "Question one?", thread="T"), ask(replica_b, "Question two?", thread="T")
         )
-        history = await replica_a.store.load_history(first.conversation_key)
+        history = await replica_a.store.threads.load_history(first.conversation_key)
     assert first.conversation_key == second.conversation_key
     contents = [m["content"] for m in history]
     assert sorted(contents) == ["Answer one.", "Answer two.", "Question one?", "Question two?"]

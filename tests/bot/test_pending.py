@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from bot.agent.canonical import args_hash
+from bot.agent import args_hash
 from bot.pending import PendingActions
-from bot.store.store import Store
+from bot.store import Store
 from bot.types import PendingAction
 from tests.databases import Database
 
@@ -274,4 +274,4 @@ async def test_platform_message_is_remembered(pending: PendingActions) -> None:
 
 async def test_transition_refuses_unknown_columns(store: Store) -> None:
     with pytest.raises(TypeError, match="not pending_actions columns"):
-        await store.transition("x", ("open",), "cancelled", decidr="U1")
+        await store.pending.transition("x", ("open",), "cancelled", decidr="U1")

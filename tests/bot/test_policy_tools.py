@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
-from bot.agent.tools import ToolContext
-from bot.policy_tools import search_tool
+from bot.agent import ToolContext
+from bot.policy_tools import reply_from_result, search_tool
 from bot.types import UserRef
-from retrieval.index import PolicyIndex
+from retrieval import PolicyIndex
 from tests.bot.helpers import ask, service
 from tests.fakes.openai_server import text
-
-pytestmark = pytest.mark.asyncio
 
 CONTEXT = ToolContext(user=UserRef("U1", groups=("staff",)), run_id="run-1", conversation_key="c1")
 
@@ -65,3 +61,26 @@ async def test_an_index_without_sections_offers_no_section_filter(tmp_path, fake
         await ask(svc, "how many days of annual leave do I get")
     (search,) = [t for t in fake_openai.requests[0].tools if t["function"]["name"] == "search_policies"]
     assert set(search["function"]["parameters"]["properties"]) == {"query"}
+
+
+# -- the reply written from a decided write's result when no model call is left --
+
+
+def test_a_ticket_result_is_told_as_the_ticket_tool_tells_it():
+    created = {"status": "created", "ticket_id": "IT-1001", "url": "https://it.example/IT-1001"}
+    assert reply_from_result("create_it_ticket", "confirm", created) == (
+        "Done: I raised ticket IT-1001 (https://it.example/IT-1001). The IT team will follow up."
+    )
+    failed = {"status": "failed", "error": "The ticket was not created: timeout.", "handoff": "Case HD-1001 is open."}
+    assert reply_from_result("create_it_ticket", "confirm", failed) == (
+        "Sorry, I couldn't raise the ticket (The ticket was not created: timeout). Case HD-1001 is open."
+    )
+    cancelled = {"status": "cancelled", "note": "cancelled by user"}
+    assert reply_from_result("create_it_ticket", "cancel", cancelled) == "OK, I did not raise a ticket."
+
+
+def test_another_write_gets_plain_words():
+    cancelled = reply_from_result("reset_mfa", "cancel", {"status": "cancelled"})
+    assert cancelled == "OK, cancelled: nothing was done."
+    assert reply_from_result("reset_mfa", "confirm", {"error": "denied"}) == "That did not go through: denied."
+    assert reply_from_result("reset_mfa", "confirm", {"status": "ok"}) == "Done."

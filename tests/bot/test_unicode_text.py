@@ -25,13 +25,13 @@ async def test_a_question_is_stored_without_its_control_characters(tmp_path, fak
     fake_openai.script(answer("See the VPN guide."))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, f"vpn error {ESCAPES}")
-        row = await svc.store.get_run(reply.run_id)
+        row = await svc.store.runs.get(reply.run_id)
     assert row.question == "vpn error ]0;PWNED[2Kfine\nforged1m"
 
 
 async def test_traces_show_control_characters_stored_earlier_as_text(tmp_path, fake_openai, sample_index):
     async with service(tmp_path, fake_openai, sample_index) as svc:  # as a release before the cleaning stored it
-        await svc.store.start_run("run_old", "console:t", "console", "U_ALICE", f"vpn {ESCAPES}", "m", "p")
+        await svc.store.runs.start("run_old", "console:t", "console", "U_ALICE", f"vpn {ESCAPES}", "m", "p")
     shown = io.StringIO()
     assert await show_traces(settings_for(tmp_path, fake_openai), None, out=shown) == 0
     assert "\x1b" not in shown.getvalue() and "\x07" not in shown.getvalue() and "\r" not in shown.getvalue()

@@ -39,7 +39,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.delivery.http_json import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from bot.delivery import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
 
 @dataclass(frozen=True)

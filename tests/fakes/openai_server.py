@@ -15,6 +15,16 @@ message without a preceding call, no ``parallel_tool_calls`` without ``tools``) 
 violation with OpenAI's 400, recording it in ``problems``. A request after the script ran out gets
 a 500 ("FakeOpenAI: script exhausted", not retried by the SDK) and is recorded there too.
 
+``events`` is the order things happened in, for tests that assert "X happened before the reply"
+instead of timing anything: ``"request N"`` when request N arrives, ``"reply N"`` just before its
+answer is sent (any status), ``"abandoned N"`` when the client hung up before it was answered and
+``"unsent N"`` when ``close()`` released a delayed turn. A test adds its own points to the same
+timeline with ``mark("answered")`` and reads what came first with ``events_until("answered")``.
+``held(released, turn)`` answers only once the test sets ``released`` (an ``asyncio.Event`` on
+the loop this server runs on), so a test can let the reply go after it has seen what must come
+first; code that wrongly waits for the reply gets it ``at_most_s`` later, after the mark, and the
+events show the wrong order.
+
 For code running in another thread or process (a server under test in a subprocess), run it in a
 background thread with its own loop: ``fake = FakeOpenAI.start_in_thread()`` ... ``fake.stop()``,
 or ``with FakeOpenAI() as fake:``. Only aiohttp and the standard library are used.
@@ -23,7 +33,6 @@ or ``with FakeOpenAI() as fake:``. Only aiohttp and the standard library are use
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import math
@@ -72,6 +81,7 @@ class Turn:
     delay_s: float = 0.0
     then: Turn | None = None
     responder: Responder | None = None
+    released: asyncio.Event | None = None  # ends the delay early when set (see ``held``)
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,11 @@ def delay(seconds: float, then: Turn) -> Turn:
     return Turn(delay_s=seconds, then=then)
 
 
+def held(released: asyncio.Event, then: Turn, *, at_most_s: float = 10.0) -> Turn:
+    """``then``, once ``released`` is set (at the latest after ``at_most_s``): the test decides when."""
+    return Turn(delay_s=at_most_s, then=then, released=released)
+
+
 def respond(fn: Responder) -> Turn:
     """A turn computed from the request body (sync or async ``fn(request_json) -> Turn``)."""
     return Turn(responder=fn)
@@ -165,6 +180,7 @@ class FakeOpenAI(LoopbackServer):
         self.strict = strict
         self.requests: list[RecordedRequest] = []
         self.problems: list[str] = []
+        self._events: list[str] = []
         self._turns: deque[Turn] = deque()
         self._scripted = 0
         self._responses = 0
@@ -205,6 +221,25 @@ class FakeOpenAI(LoopbackServer):
         with self._lock:
             return len(self._turns)
 
+    # the order of events
+
+    def mark(self, label: str) -> None:
+        """Put a test's own point (``"answered"``) on the timeline of requests and replies."""
+        with self._lock:
+            self._events.append(label)
+
+    @property
+    def events(self) -> list[str]:
+        """Requests, replies, hang-ups and marks, in the order they happened (a copy)."""
+        with self._lock:
+            return list(self._events)
+
+    def events_until(self, label: str) -> list[str]:
+        """What happened before ``label`` (a mark, or an event such as ``"reply 2"``), which must have happened."""
+        events = self.events
+        assert label in events, f"FakeOpenAI: {label!r} never happened; events: {events}"
+        return events[: events.index(label)]
+
     def assert_script_consumed(self) -> None:
         """Every scripted turn was used, and nothing unscripted or malformed happened."""
         self.assert_no_problems()
@@ -221,6 +256,20 @@ class FakeOpenAI(LoopbackServer):
         with self._lock:
             self.requests.append(recorded)
             number = len(self.requests)
+            self._events.append(f"request {number}")
+        try:
+            response = await self._answer(request, body, number)
+        except asyncio.CancelledError:  # aiohttp cancels the handler when the client disconnects
+            self.mark(f"abandoned {number}")
+            raise
+        if response is not None:
+            self.mark(f"reply {number}")
+            return response
+        self.mark(f"unsent {number}")
+        return web.json_response({"error": {"message": "FakeOpenAI shutting down"}}, status=503)
+
+    async def _answer(self, request: web.Request, body: dict[str, Any], number: int) -> web.StreamResponse | None:
+        """The response to send, or None when ``close()`` released a delayed turn before its reply."""
         if (denied := self._check_key(request)) is not None:
             return denied
         if self.strict and (violation := _protocol_violation(body)):
@@ -250,9 +299,9 @@ class FakeOpenAI(LoopbackServer):
         with self._lock:
             return self._turns.popleft() if self._turns else None
 
-    async def _render(self, turn: Turn, body: dict[str, Any]) -> web.StreamResponse:
-        if turn.delay_s and not await self._sleep(turn.delay_s):
-            return web.json_response({"error": {"message": "FakeOpenAI shutting down"}}, status=503)
+    async def _render(self, turn: Turn, body: dict[str, Any]) -> web.StreamResponse | None:
+        if turn.delay_s and not await self._sleep(turn.delay_s, turn.released):
+            return None
         if turn.then is not None:
             return await self._render(turn.then, body)
         if turn.responder is not None:
@@ -264,13 +313,18 @@ class FakeOpenAI(LoopbackServer):
             return _error_response(turn)
         return web.json_response(self._completion(turn, body), headers=turn.headers)
 
-    async def _sleep(self, seconds: float) -> bool:
-        """Sleep unless the server is closing; False when it is."""
+    async def _sleep(self, seconds: float, released: asyncio.Event | None = None) -> bool:
+        """Sleep (until ``released`` is set, if given) unless the server is closing; False when it is."""
         assert self._closing is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._closing.wait(), seconds)
-            return False
-        return True
+        waits = [asyncio.ensure_future(self._closing.wait())]
+        if released is not None:
+            waits.append(asyncio.ensure_future(released.wait()))
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        return not self._closing.is_set()
 
     def _completion(self, turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

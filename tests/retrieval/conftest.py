@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.backends.base import IndexBackend
-from retrieval.config import RetrievalConfig
-from retrieval.embedding import Embedder, Vectors
-from retrieval.index import PolicyIndex
-from retrieval.types import Document
+from retrieval import Document, Embedder, PolicyIndex, RetrievalConfig, Vectors
+from retrieval.backends import IndexBackend
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_POLICIES = REPO / "examples" / "policies"
+CORPORA_VAR = "POLICYPAL_TEST_CORPORA"
+# Read at import: clean_env drops every POLICYPAL_ variable before each test runs.
+TEST_CORPORA = os.environ.get(CORPORA_VAR, "")
+HANDBOOKS = ("18f-handbook/docs", "sourcegraph-handbook/docs")
 
 OpenIndex = Callable[..., PolicyIndex]
 
@@ -54,6 +55,23 @@ class MemoEmbedder(Embedder):
         if text not in self._queries:
             self._queries[text] = super().embed_query(text)
         return self._queries[text]
+
+
+@pytest.fixture
+def handbooks() -> list[Path]:
+    """The real 18F and Sourcegraph handbooks under $POLICYPAL_TEST_CORPORA; skipped when it is unset.
+
+    They are large and not part of the repository, so CI runs without them; a developer points the
+    variable at a folder holding both to run the tests that read them.
+    """
+    if not TEST_CORPORA:
+        pytest.skip(f"{CORPORA_VAR} is not set: the real handbooks stay out of CI (set it to a folder with "
+                    f"{' and '.join(HANDBOOKS)} to run this)")
+    roots = [Path(TEST_CORPORA) / handbook for handbook in HANDBOOKS]
+    missing = [str(root) for root in roots if not root.is_dir()]
+    if missing:
+        pytest.fail(f"{CORPORA_VAR}={TEST_CORPORA} lacks {', '.join(missing)}")
+    return roots
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +115,7 @@ def open_index(cfg: RetrievalConfig, embedder: Embedder, backend_kind: str) -> I
     """Open (creating) a PolicyIndex on the chosen backend, as often as a test likes; all closed at teardown."""
     from qdrant_client import QdrantClient
 
-    from retrieval.backends.qdrant import QdrantBackend
+    from retrieval.backends import QdrantBackend
 
     opened: list[PolicyIndex] = []
     server = QdrantBackend(QdrantClient(location=":memory:"), cfg.collection, location=":memory:")
@@ -206,7 +224,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """`policypal ARGV...` in this process: exit code, stdout, stderr."""
-    from adapters.cli.main import main
+    from adapters.cli import main
 
     code = main(list(argv))
     out, err = capsys.readouterr()

@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from adapters.cli.index import index_if_missing
-from retrieval.config import RetrievalConfig
-from retrieval.embedding import Embedder
-
-from .conftest import LEAVE_DOC, REPO, VPN_DOC, run_cli
+from retrieval import Embedder, RetrievalConfig
+from tests.retrieval.conftest import LEAVE_DOC, REPO, VPN_DOC, run_cli
 
 FRONT_MATTER = "---\ntitle: {title}\nsection: {section}\n---\n\n"
 
@@ -110,7 +108,7 @@ class _Terminal(io.StringIO):
 def test_index_on_a_terminal_shows_a_progress_bar(
     data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("retrieval.index.PROGRESS_DELAY_S", 0.0)  # the bar waits for long runs only
+    monkeypatch.setattr("retrieval.indexing.PROGRESS_DELAY_S", 0.0)  # the bar waits for long runs only
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
 
@@ -123,7 +121,7 @@ def test_index_on_a_terminal_shows_a_progress_bar(
 def test_index_into_a_log_writes_no_progress_bar(
     data_dir: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("retrieval.index.PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr("retrieval.indexing.PROGRESS_DELAY_S", 0.0)
 
     code, out, err = run_cli(capsys, "index", str(corpus_dir))
 
@@ -155,7 +153,7 @@ def test_index_while_another_process_holds_it_is_a_clear_error(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from retrieval.backends.edge import EdgeBackend; "
+            "import sys, time; from pathlib import Path; from retrieval.backends import EdgeBackend; "
             f"held = EdgeBackend.open(Path({str(data_dir / 'qdrant')!r}), 'policies', create=False); "
             "print('ready', flush=True); time.sleep(60)",
         ],

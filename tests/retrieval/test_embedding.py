@@ -14,13 +14,8 @@ import numpy as np
 import pytest
 
 import retrieval.embedding as embedding
-from retrieval.embedding import (
-    BUNDLED_FILES,
-    Embedder,
-    EmbeddingError,
-    bundled_model_dir,
-    load_tokenizer,
-)
+from retrieval import Embedder, EmbeddingError
+from retrieval.embedding import BUNDLED_FILES, bundled_model_dir, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 # Any attempt to open a socket fails loudly, so "it loaded" proves "it loaded offline".
@@ -84,7 +79,7 @@ def test_bundled_model_loads_and_embeds_with_no_network(tmp_path: Path) -> None:
     result = _run_offline(
         f"""
         from pathlib import Path
-        from retrieval.embedding import Embedder
+        from retrieval import Embedder
         e = Embedder("sentence-transformers/all-MiniLM-L6-v2", Path({str(tmp_path / "models")!r}))
         v = e.embed_query("Can I work from abroad?")
         print(len(v.dense), len(v.sparse_indices) > 0)
@@ -99,7 +94,7 @@ def test_a_hub_model_that_cannot_be_fetched_gives_a_clear_error(tmp_path: Path) 
     result = _run_offline(
         f"""
         from pathlib import Path
-        from retrieval.embedding import Embedder, EmbeddingError
+        from retrieval import Embedder, EmbeddingError
         try:
             Embedder("BAAI/bge-small-en-v1.5", Path({str(tmp_path / "models")!r})).load()
         except EmbeddingError as exc:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.backends.base import Hit
-from retrieval.fusion import SPARSE_WEIGHT, fuse
+from retrieval import fuse
+from retrieval.backends import Hit
+from retrieval.fusion import SPARSE_WEIGHT
 
 
 def hits(*scored: tuple[str, float]) -> list[Hit]:

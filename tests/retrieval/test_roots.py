@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LEAVE_DOC, VPN_DOC, run_cli
+from tests.retrieval.conftest import LEAVE_DOC, VPN_DOC, run_cli
 
 TRAVEL = "# Travel\n\n## Booking\n\nBook every train and flight through the travel desk, at least 14 days ahead.\n"
 CORRUPT = "---\ntitle: never closed\n\n# Body\n"

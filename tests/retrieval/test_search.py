@@ -10,13 +10,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from retrieval.backends.base import Hit, UnknownSectionError
-from retrieval.config import RetrievalConfig
-from retrieval.embedding import Embedder
-from retrieval.index import PolicyIndex, RelevanceFloor, Retrieval
-from retrieval.types import Document, SearchFilter
-
-from .conftest import OpenIndex, make_doc, sample_corpus
+from retrieval import (
+    Document,
+    Embedder,
+    PolicyIndex,
+    RelevanceFloor,
+    Retrieval,
+    RetrievalConfig,
+    SearchFilter,
+    UnknownSectionError,
+)
+from retrieval.backends import Hit
+from tests.retrieval.conftest import OpenIndex, make_doc, sample_corpus
 
 # Many passages about errors and certificates, one of which names the code: BM25 must find it.
 DISTRACTORS = [
@@ -43,7 +48,7 @@ def index(request: pytest.FixtureRequest, embedder: Embedder, tmp_path_factory: 
     if request.param == "qdrant-client":
         from qdrant_client import QdrantClient
 
-        from retrieval.backends.qdrant import QdrantBackend
+        from retrieval.backends import QdrantBackend
 
         backend = QdrantBackend(QdrantClient(location=":memory:"), cfg.collection)
     with PolicyIndex.open(cfg, create=True, embedder=embedder, backend=backend) as index:
@@ -176,13 +181,13 @@ def test_an_index_of_one_passage_still_answers_a_question_it_covers(open_index: 
 async def test_asearch_runs_off_the_event_loop(index: PolicyIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     loop_thread = threading.get_ident()
     seen: list[int] = []
-    original = index.retrieve
+    original = index.search
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(threading.get_ident())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(index, "retrieve", spy)
+    monkeypatch.setattr(index, "search", spy)
     results = await asyncio.gather(*(index.asearch("KX-7731", k=2) for _ in range(4)))
 
     assert all(_doc_ids(r)[0] == "vpn.md" for r in results)

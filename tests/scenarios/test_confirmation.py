@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from adapters.cli.traces import show_traces
-from bot.store.columns import utcnow
+from bot.store import utcnow
 from bot.types import Answer, GaveUp, Pending, TerminationReason, UserRef
 from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, left_executing_by_a_crash, service, settings_for
 from tests.fakes.openai_server import error, text, tool_calls
@@ -29,7 +29,7 @@ async def test_a_write_call_stops_the_run_with_a_pending_action_and_runs_nothing
     fake_openai.script(propose())
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "my VPN says NG-809, please open a ticket")
-        assert await svc.store.count_tickets() == 0
+        assert await svc.store.tickets.count() == 0
     assert reply.reason == TerminationReason.PENDING_CONFIRMATION
     assert isinstance(reply.outcome, Pending)
     action = reply.outcome.action
@@ -45,7 +45,7 @@ async def test_confirm_runs_the_frozen_arguments_not_a_regenerated_call(tmp_path
         reply = await ask(svc, "VPN broken with NG-809")
         action = reply.outcome.action
         decided = await svc.decide(action.id, ALICE, "confirm", action.args_hash)
-        ticket = await svc.store.get_ticket(1)
+        ticket = await svc.store.tickets.get(1)
         assert decided.status == "confirmed"
         assert decided.result["ticket_id"] == "IT-1001"
         assert {k: ticket[k] for k in TICKET} == TICKET
@@ -54,7 +54,7 @@ async def test_confirm_runs_the_frozen_arguments_not_a_regenerated_call(tmp_path
         assert result == {"status": "created", "ticket_id": "IT-1001", "url": None}
         # the continued run proposed another write: it is a new pending card, not a second ticket
         assert decided.reply.reason == TerminationReason.PENDING_CONFIRMATION
-        assert await svc.store.count_tickets() == 1
+        assert await svc.store.tickets.count() == 1
 
 
 async def test_confirmed_result_goes_back_as_that_calls_tool_result_and_the_model_finishes(
@@ -64,7 +64,7 @@ async def test_confirmed_result_goes_back_as_that_calls_tool_result_and_the_mode
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
-        history = await svc.store.load_history(reply.conversation_key)
+        history = await svc.store.threads.load_history(reply.conversation_key)
     assert decided.reply.reason == TerminationReason.ANSWERED
     assert isinstance(decided.reply.outcome, Answer)
     call_id = next(m for m in fake_openai.requests[1].messages if m.get("tool_calls"))["tool_calls"][0]["id"]
@@ -79,7 +79,7 @@ async def test_cancel_sends_cancelled_by_user_and_creates_nothing(tmp_path, fake
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "cancel", reply.outcome.action.args_hash)
-        assert await svc.store.count_tickets() == 0
+        assert await svc.store.tickets.count() == 0
     assert decided.status == "cancelled"
     (result,) = last_tool_results(fake_openai.requests[1])
     assert result == {"status": "cancelled", "note": "cancelled by user"}
@@ -95,7 +95,7 @@ async def test_double_confirm_creates_one_ticket(tmp_path, fake_openai, sample_i
             svc.decide(action.id, ALICE, "confirm", action.args_hash),
             svc.decide(action.id, ALICE, "confirm", action.args_hash),
         )
-        assert await svc.store.count_tickets() == 1
+        assert await svc.store.tickets.count() == 1
     assert sorted([first.status, second.status]) == ["already_decided", "confirmed"]
     fake_openai.assert_script_consumed()
 
@@ -107,7 +107,7 @@ async def test_only_the_requester_may_decide(tmp_path, fake_openai, sample_index
         action = reply.outcome.action
         decided = await svc.decide(action.id, BOB, "confirm", action.args_hash)
         record = await svc.pending.get(action.id)
-        assert await svc.store.count_tickets() == 0
+        assert await svc.store.tickets.count() == 0
     assert decided.status == "not_requester"
     assert record.state == "open"
 
@@ -117,7 +117,7 @@ async def test_a_hash_that_does_not_match_the_frozen_call_is_refused(tmp_path, f
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", "0" * 32)
-        assert await svc.store.count_tickets() == 0
+        assert await svc.store.tickets.count() == 0
     assert decided.status == "hash_mismatch"
 
 
@@ -127,7 +127,7 @@ async def test_an_expired_action_cannot_be_confirmed(tmp_path, fake_openai, samp
         reply = await ask(svc, "VPN broken with NG-809")
         await asyncio.sleep(1.1)
         decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
-        assert await svc.store.count_tickets() == 0
+        assert await svc.store.tickets.count() == 0
     assert decided.status == "expired"
     assert "expired" in decided.decision.message
 
@@ -139,7 +139,7 @@ async def test_a_pending_action_survives_a_restart(tmp_path, fake_openai, sample
     async with service(tmp_path, fake_openai, sample_index) as second_process:
         action = reply.outcome.action
         decided = await second_process.decide(action.id, ALICE, "confirm", action.args_hash)
-        ticket = await second_process.store.get_ticket(1)
+        ticket = await second_process.store.tickets.get(1)
     assert decided.status == "confirmed"
     assert {k: ticket[k] for k in TICKET} == TICKET
     assert decided.reply.reason == TerminationReason.ANSWERED
@@ -180,7 +180,7 @@ async def test_a_retrieved_instruction_to_raise_a_ticket_only_ever_produces_a_ca
     fake_openai.script(tool_calls(("search_policies", {"query": "persistent VPN connection failures"})), respond(obey))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "my vpn keeps dropping, what should I do?")
-        assert await svc.store.count_tickets() == 0
+        assert await svc.store.tickets.count() == 0
     assert reply.reason == TerminationReason.PENDING_CONFIRMATION
     assert isinstance(reply.outcome, Pending)
 
@@ -190,8 +190,8 @@ async def test_guests_are_refused_write_tools_and_the_run_ends_policy_denied(tmp
     fake_openai.script(propose())
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "VPN broken", user=guest)
-        assert await svc.store.count_tickets() == 0
-        row = await svc.store.get_run(reply.run_id)
+        assert await svc.store.tickets.count() == 0
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.POLICY_DENIED
     assert isinstance(reply.outcome, GaveUp)
     assert "not allowed" in reply.outcome.text
@@ -208,7 +208,7 @@ async def test_an_action_left_executing_by_a_dead_process_is_marked_unknown_not_
         await restarted.recover()  # what the server's sweeper (or the terminal) does after a restart
         record = await restarted.pending.get(action.id)
         decided = await restarted.decide(action.id, ALICE, "confirm", action.args_hash)
-        assert await restarted.store.count_tickets() == 0
+        assert await restarted.store.tickets.count() == 0
     assert record.state == "unknown"
     assert decided.status == "already_decided"
 
@@ -266,8 +266,8 @@ async def test_ticket_arguments_that_are_not_valid_unicode_are_refused_as_an_obs
     fake_openai.script(tool_calls(("create_it_ticket", broken)), text("Please describe the problem again."))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "laptop broken, ticket please")
-        pending = await svc.store.pending_counts()
-        row = await svc.store.get_run(reply.run_id)
+        pending = await svc.store.pending.counts()
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.ANSWERED
     (observation,) = last_tool_results(fake_openai.requests[1])
     assert "not valid Unicode" in observation["error"]
@@ -280,8 +280,8 @@ async def test_the_proposal_and_the_decided_write_are_in_the_traces(tmp_path, fa
         reply = await ask(svc, "VPN broken with NG-809")
         action = reply.outcome.action
         decided = await svc.decide(action.id, ALICE, "confirm", action.args_hash)
-        proposed = (await svc.store.get_run(reply.run_id)).trace
-        continued = (await svc.store.get_run(decided.reply.run_id)).trace
+        proposed = (await svc.store.runs.get(reply.run_id)).trace
+        continued = (await svc.store.runs.get(decided.reply.run_id)).trace
     assert [(s["kind"], s["name"]) for s in proposed] == [("model", "gpt-4o-mini"), ("tool", "create_it_ticket")]
     assert json.loads(proposed[1]["arguments"]) == TICKET and "waiting" in proposed[1]["text"]
     decision = continued[0]
@@ -299,7 +299,7 @@ async def test_a_cancelled_write_is_traced_as_a_cancel_decision(tmp_path, fake_o
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "cancel", reply.outcome.action.args_hash)
-        continued = (await svc.store.get_run(decided.reply.run_id)).trace
+        continued = (await svc.store.runs.get(decided.reply.run_id)).trace
     assert (continued[0]["kind"], continued[0]["decision"], continued[0]["decider"]) == ("decision", "cancel", ALICE.id)
     assert "cancelled by user" in continued[0]["text"]
 
@@ -316,9 +316,9 @@ async def test_confirming_on_the_last_step_tells_the_user_the_ticket_exists_with
     async with service(tmp_path, fake_openai, sample_index, max_steps=2) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
-        cases = await svc.store.list_handoffs()
-        continued = (await svc.store.get_run(decided.reply.run_id)).trace
-        history = await svc.store.load_history(reply.conversation_key)
+        cases = await svc.store.cases.recent()
+        continued = (await svc.store.runs.get(decided.reply.run_id)).trace
+        history = await svc.store.threads.load_history(reply.conversation_key)
     assert decided.reply.reason == TerminationReason.ANSWERED
     assert isinstance(decided.reply.outcome, Answer) and "IT-1001" in decided.reply.outcome.text
     assert cases == [] and len(fake_openai.requests) == 2  # no extra model call was granted
@@ -333,8 +333,8 @@ async def test_a_model_failure_after_the_confirm_still_tells_the_user_the_ticket
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
-        cases = await svc.store.list_handoffs()
-        continued = (await svc.store.get_run(decided.reply.run_id)).trace
+        cases = await svc.store.cases.recent()
+        continued = (await svc.store.runs.get(decided.reply.run_id)).trace
     assert decided.reply.reason == TerminationReason.ANSWERED
     assert isinstance(decided.reply.outcome, Answer) and "IT-1001" in decided.reply.outcome.text
     assert cases == []
@@ -346,7 +346,7 @@ async def test_cancelling_on_the_last_step_says_no_ticket_was_raised(tmp_path, f
     async with service(tmp_path, fake_openai, sample_index, max_steps=2) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "cancel", reply.outcome.action.args_hash)
-        cases = await svc.store.list_handoffs()
+        cases = await svc.store.cases.recent()
     assert decided.reply.reason == TerminationReason.ANSWERED
     assert "did not raise a ticket" in decided.reply.outcome.text
     assert cases == []
@@ -358,7 +358,7 @@ async def test_a_failed_write_on_the_last_step_gives_the_error_and_its_one_case(
     async with service(tmp_path, fake_openai, sample_index, max_steps=2, **unreachable) as svc:
         reply = await ask(svc, "VPN broken with NG-809")
         decided = await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
-        cases = await svc.store.list_handoffs()
+        cases = await svc.store.cases.recent()
     assert decided.reply.reason == TerminationReason.ANSWERED
     text = decided.reply.outcome.text
     assert "could not reach the ticket webhook" in text and decided.case.case_id in text

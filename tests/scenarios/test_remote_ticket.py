@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.helpdesk.cases import HandoffCase, case_number
+from bot.helpdesk import HandoffCase, case_number
 from bot.types import TerminationReason
 from tests.bot.helpers import ALICE, ask, last_tool_results, left_executing_by_a_crash, service
 from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow
@@ -72,7 +72,7 @@ async def test_a_ticket_the_backend_refuses_reaches_the_model_the_card_and_a_hel
             reply = await ask(svc, "VPN broken with NG-809")
             decided = await confirm(svc, reply)
             record = await svc.pending.get(reply.outcome.action.id)
-            stored = await svc.store.get_handoff(case_number("HD-1001"))
+            stored = await svc.store.cases.get(case_number("HD-1001"))
     refusal = (
         "Jira Service Management rejected the request (400): The request type you are trying to use does not exist."
     )
@@ -112,7 +112,7 @@ async def test_an_action_interrupted_by_a_crash_opens_a_case_for_a_human_to_chec
         await left_executing_by_a_crash(svc)
     async with service(tmp_path, fake_openai, sample_index) as restarted:
         await restarted.recover()  # as the server's sweeper does at its first pass
-        stored = await restarted.store.get_handoff(case_number("HD-1001"))
+        stored = await restarted.store.cases.get(case_number("HD-1001"))
     case = HandoffCase.from_record(stored)
     assert (case.reason, case.user.id, case.question) == ("action_unknown", "U_ALICE", "VPN broken with NG-809")
     assert "check whether it happened" in case.transcript["detail"]

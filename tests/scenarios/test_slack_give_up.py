@@ -10,8 +10,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from adapters.destinations import destinations
-from adapters.server.app import build_app
-from adapters.slack.app import EVENTS_PATH
+from adapters.server import build_app
+from adapters.slack import EVENTS_PATH
 from bot.wiring import open_service
 from tests.bot.helpers import OnePassage, settings_for, two_searches, wait_delivered
 from tests.fakes.slack_api import FakeSlackAPI, event_envelope, mention_event, signed_headers
@@ -50,7 +50,7 @@ async def test_a_step_budget_give_up_in_slack_names_the_case_and_the_helpdesk_ch
             (reply,) = await slack.wait_for("chat.postMessage", where=lambda c: c.get("channel") == "C0GENERAL")
             await slack.wait_for("chat.postMessage", 2, where=lambda c: c.get("channel") == HELPDESK)
             await wait_delivered(service.store)
-            (record,) = await service.store.deliveries([1])
+            (record,) = await service.store.cases.deliveries([1])
         finally:
             await server.close()
             await service.close()

@@ -12,9 +12,9 @@ import pytest
 import pytest_asyncio
 
 from adapters.slack.blocks import CANCEL, CONFIRM
-from bot.store.columns import utcnow
+from bot.store import utcnow
 from tests.adapters.slack.test_app import ALICE, BOB, SlackRig, running_slack
-from tests.fakes.openai_server import FakeOpenAI, delay, text, tool_calls
+from tests.fakes.openai_server import FakeOpenAI, held, text, tool_calls
 from tests.fakes.slack_api import SlackCall, dm_event, event_envelope, mention_event
 
 pytestmark = pytest.mark.asyncio
@@ -45,7 +45,7 @@ async def post_card(rig: SlackRig, *turns: Any) -> tuple[SlackCall, dict[str, An
 
 async def stored_where_posted(rig: SlackRig) -> None:
     for _ in range(100):
-        pending = await rig.service.store.find_pending("open")
+        pending = await rig.service.store.pending.find("open")
         if pending and pending[0].platform_message:
             return
         await asyncio.sleep(0.02)
@@ -63,9 +63,10 @@ def context_text(call: SlackCall) -> str:
 
 
 async def click(rig: SlackRig, user: str, action_id: str, card: SlackCall, event: dict[str, Any]) -> None:
-    status, _, ack_s = await rig.click(user, action_id, button(card, action_id), message_ts="1700000001.000100",
-                                       thread_ts=event["ts"])  # fmt: skip
-    assert status == 200 and ack_s < 0.5
+    status, _, _ = await rig.click(user, action_id, button(card, action_id), message_ts="1700000001.000100",
+                                   thread_ts=event["ts"])  # fmt: skip
+    rig.model.mark("click acked")
+    assert status == 200
 
 
 async def final_update(rig: SlackRig, count: int = 1) -> SlackCall:
@@ -83,7 +84,7 @@ async def test_a_proposed_ticket_is_a_card_in_the_thread_with_the_exact_fields(s
         "Summary: NorthGate VPN fails with NG-809",
         "Urgency: high",
     ]
-    (record,) = await slack.service.store.find_pending("open")
+    (record,) = await slack.service.store.pending.find("open")
     assert button(card, CONFIRM) == button(card, CANCEL) == f"{record.id}:{record.args_hash}"
     assert record.platform_message == {"platform": "slack", "channel": "C0GENERAL", "ts": "1700000001.000100",
                                        "thread_ts": event["ts"]}  # fmt: skip
@@ -96,7 +97,7 @@ async def test_confirm_by_the_requester_creates_the_frozen_ticket_updates_the_ca
     await click(slack, ALICE, CONFIRM, card, event)
     update = await final_update(slack)
     replies = await slack.replies(2)
-    ticket = await slack.service.store.get_ticket(1)
+    ticket = await slack.service.store.tickets.get(1)
     assert {k: ticket[k] for k in TICKET} == TICKET
     assert ticket["requester_name"] == "alice"  # from users.info
     assert update["channel"] == "C0GENERAL" and update["ts"] == "1700000001.000100"
@@ -108,11 +109,17 @@ async def test_confirm_by_the_requester_creates_the_frozen_ticket_updates_the_ca
 
 
 async def test_the_card_shows_the_ticket_id_while_a_slow_model_is_still_writing(slack: SlackRig):
-    card, event = await post_card(slack, delay(3.0, text("Done: ticket IT-1001 is open.")))
+    model_may_finish = asyncio.Event()
+    card, event = await post_card(slack, held(model_may_finish, text("Done: ticket IT-1001 is open.")))
     await click(slack, ALICE, CONFIRM, card, event)
-    update = await asyncio.wait_for(final_update(slack), 2.0)  # well before the model's 3 s
+    update = await final_update(slack)
+    slack.model.mark("card updated")
     assert "*IT-1001*" in context_text(update)
     assert len(slack.slack.calls_to("chat.postMessage")) == 1  # only the card: the reply is still coming
+    model_may_finish.set()  # a click or a card update that waited for the model would come 10 s later, after it
+    # The ack and the updated card both came before the model's reply: neither waited for the slow model.
+    assert "reply 2" not in slack.model.events_until("click acked")
+    assert "reply 2" not in slack.model.events_until("card updated")
     replies = await slack.replies(2)
     assert "Done: ticket IT-1001 is open." in replies[1].block_text
 
@@ -132,9 +139,9 @@ async def test_a_click_by_another_user_is_refused_privately_and_changes_nothing(
     (note,) = await slack.slack.wait_for("chat.postEphemeral")
     assert (note["user"], note["text"]) == (BOB, "Only <@U_ALICE> can confirm this.")
     assert note["thread_ts"] == event["ts"]
-    (record,) = await slack.service.store.find_pending("open")
+    (record,) = await slack.service.store.pending.find("open")
     assert record.decider is None
-    assert await slack.service.store.count_tickets() == 0
+    assert await slack.service.store.tickets.count() == 0
     assert slack.slack.calls_to("chat.update") == []
 
 
@@ -144,7 +151,7 @@ async def test_cancel_updates_the_card_and_creates_nothing(slack: SlackRig):
     update = await final_update(slack)
     await slack.replies(2)
     assert "Cancelled by <@U_ALICE>" in context_text(update)
-    assert await slack.service.store.count_tickets() == 0
+    assert await slack.service.store.tickets.count() == 0
 
 
 async def test_a_double_click_creates_one_ticket(slack: SlackRig):
@@ -154,7 +161,7 @@ async def test_a_double_click_creates_one_ticket(slack: SlackRig):
     (note,) = await slack.slack.wait_for("chat.postEphemeral")
     assert note["text"].startswith("Already confirmed by <@U_ALICE>")
     assert "*IT-1001*" in context_text(await final_update(slack))
-    assert await slack.service.store.count_tickets() == 1
+    assert await slack.service.store.tickets.count() == 1
     await asyncio.sleep(0.2)
     assert len(slack.slack.calls_to("chat.postMessage")) == 2  # the card and one final reply
     slack.model.assert_script_consumed()
@@ -169,19 +176,19 @@ async def test_a_click_after_the_decision_says_so_and_shows_the_decided_card(sla
     assert note["text"].startswith("Already confirmed by <@U_ALICE> at ")
     update = await final_update(slack, 2)
     assert "*IT-1001*" in context_text(update)
-    assert await slack.service.store.count_tickets() == 1
+    assert await slack.service.store.tickets.count() == 1
 
 
 async def test_an_expired_card_says_so_and_is_updated(slack: SlackRig):
     card, event = await post_card(slack)
-    (record,) = await slack.service.store.find_pending("open")
-    await slack.service.store.update_pending(record.id, expires_at=utcnow() - timedelta(minutes=1))
+    (record,) = await slack.service.store.pending.find("open")
+    await slack.service.store.pending.update(record.id, expires_at=utcnow() - timedelta(minutes=1))
     await click(slack, ALICE, CONFIRM, card, event)
     (note,) = await slack.slack.wait_for("chat.postEphemeral")
     assert note["text"].startswith("This request expired at")
     update = await final_update(slack)
-    assert "Expired at" in context_text(update) and all(b["type"] != "actions" for b in update.blocks)
-    assert await slack.service.store.count_tickets() == 0
+    assert "This request expired at" in context_text(update) and all(b["type"] != "actions" for b in update.blocks)
+    assert await slack.service.store.tickets.count() == 0
 
 
 async def test_a_button_whose_hash_does_not_match_the_frozen_call_does_nothing(slack: SlackRig):
@@ -192,7 +199,7 @@ async def test_a_button_whose_hash_does_not_match_the_frozen_call_does_nothing(s
     assert "does not match" in note["text"]
     restored = (await slack.slack.wait_for("chat.update", 2))[-1]
     assert button(restored, CONFIRM) == button(card, CONFIRM)  # the real buttons are back
-    assert await slack.service.store.count_tickets() == 0
+    assert await slack.service.store.tickets.count() == 0
 
 
 async def test_a_card_in_a_dm_thread_works_the_same(slack: SlackRig):
@@ -203,7 +210,7 @@ async def test_a_card_in_a_dm_thread_works_the_same(slack: SlackRig):
     status, _, _ = await slack.click(ALICE, CONFIRM, button(card, CONFIRM), channel="D0ALICE", thread_ts=event["ts"])
     assert status == 200
     assert (await slack.replies(2))[1]["channel"] == "D0ALICE"
-    assert await slack.service.store.count_tickets() == 1
+    assert await slack.service.store.tickets.count() == 1
 
 
 async def test_a_card_slack_refuses_is_withdrawn_and_handed_to_a_person(slack: SlackRig):
@@ -215,11 +222,11 @@ async def test_a_card_slack_refuses_is_withdrawn_and_handed_to_a_person(slack: S
     assert any(b["type"] == "actions" for b in refused.blocks)
     assert notice["thread_ts"] == event["ts"] and not any(b["type"] == "actions" for b in notice.blocks)
     assert "couldn't show you the confirmation" in notice["text"] and "HD-1001" in notice["text"]
-    assert await slack.service.store.find_pending("open") == []
-    (withdrawn,) = await slack.service.store.find_pending("expired")
-    (case,) = await slack.service.store.list_handoffs()
+    assert await slack.service.store.pending.find("open") == []
+    (withdrawn,) = await slack.service.store.pending.find("expired")
+    (case,) = await slack.service.store.cases.recent()
     assert (case.reason, case.origin) == ("card_not_shown", f"action:{withdrawn.id}")
-    assert await slack.service.store.count_tickets() == 0
+    assert await slack.service.store.tickets.count() == 0
 
 
 async def test_a_click_whose_decision_fails_says_so_and_gives_the_card_its_buttons_back(slack: SlackRig, monkeypatch):
@@ -235,4 +242,4 @@ async def test_a_click_whose_decision_fails_says_so_and_gives_the_card_its_butto
     working, restored = await slack.slack.wait_for("chat.update", 2)
     assert "Working on it" in context_text(working)
     assert button(restored, CONFIRM) == button(card, CONFIRM)  # the requester can try again
-    assert len(await slack.service.store.find_pending("open")) == 1
+    assert len(await slack.service.store.pending.find("open")) == 1

@@ -7,7 +7,7 @@ import pytest
 from aiohttp import web
 
 from adapters.destinations import destinations
-from adapters.server.app import build_app
+from adapters.server import build_app
 from bot.wiring import open_service
 from tests.bot.helpers import OnePassage, settings_for, two_searches, wait_delivered
 from tests.fakes.bot_connector import CHANNEL, TENANT, FakeBotConnector
@@ -45,7 +45,7 @@ async def test_a_step_budget_give_up_in_teams_names_the_case_and_the_helpdesk_ch
                 lambda r: r.type == "message" and r.conversation_id == f"{HELPDESK};messageid={card_post.id}"
             )
             await wait_delivered(service.store)
-            case = await service.store.get_handoff(1)
+            case = await service.store.cases.get(1)
         finally:
             await runner.cleanup()
             await service.close()

@@ -10,7 +10,7 @@ import pytest
 from adapters.cli.console import ask
 from adapters.cli.handoffs import show_handoffs
 from adapters.destinations import destinations
-from bot.config import ConfigError
+from bot.errors import ConfigError
 from bot.wiring import open_service
 from tests.bot.helpers import ALICE, settings_for
 from tests.fakes.helpdesk_servers import FakeWebhook, status

@@ -1,6 +1,6 @@
 """Alembic's environment: PolicyPal's models, on the async engine, or on a connection handed in.
 
-``bot.migrate`` passes an open connection in ``config.attributes["connection"]`` (so a test's
+``bot.store.migrate`` passes an open connection in ``config.attributes["connection"]`` (so a test's
 search_path and the caller's advisory lock apply); run any other way, the URL comes from
 ``sqlalchemy.url`` in the Alembic config.
 """
@@ -8,9 +8,10 @@ search_path and the caller's advisory lock apply); run any other way, the URL co
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from alembic import context
+from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -23,10 +24,10 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def _render_item(kind: str, item: object, autogen_context: Any) -> str | bool:
+def _render_item(kind: str, item: Any, autogen_context: AutogenContext) -> str | Literal[False]:
     """Autogenerate writes ``UtcDateTime()`` with its import, not a module path it would not import."""
     if kind == "type" and isinstance(item, UtcDateTime):
-        autogen_context.imports.add("from bot.db_types import UtcDateTime")
+        autogen_context.imports.add("from bot.store.columns import UtcDateTime")
         return "UtcDateTime()"
     if kind == "type" and isinstance(item, TypeEngine) and type(item).__name__ == "JSON":
         return "sa.JSON()"  # none_as_null is Python-side only

@@ -10,13 +10,12 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from adapters.cli import main
 from adapters.cli.console import ask, chat, outcome_json, recover_unless_served
-from adapters.cli.main import main
 from bot.config import Settings
-from bot.models.offline.model import OfflineModel
-from bot.models.openai import build_model
-from bot.store.columns import utcnow
-from bot.wiring import open_service
+from bot.models.offline import OfflineModel
+from bot.store import utcnow
+from bot.wiring import build_model, open_service
 from tests.bot.helpers import ALICE, left_executing_by_a_crash
 
 REPO = Path(__file__).resolve().parents[3]
@@ -58,7 +57,7 @@ async def test_a_reported_problem_shows_a_card_and_yes_creates_the_ticket(tmp_pa
     code = await ask(
         svc, "My laptop was stolen from my car this morning", ALICE, answer_pending="confirm", as_json=True, out=out
     )
-    tickets = await svc.store.count_tickets()
+    tickets = await svc.store.tickets.count()
     await svc.close()
     data = json.loads(out.getvalue())
     assert code == 0
@@ -73,7 +72,7 @@ async def test_no_cancels_the_ticket_and_the_card_shows_the_exact_fields(tmp_pat
     svc = await offline_service(tmp_path, sample_index)
     out = io.StringIO()
     await ask(svc, "my VPN is broken, error NG-809, please open a ticket", ALICE, answer_pending="cancel", out=out)
-    tickets = await svc.store.count_tickets()
+    tickets = await svc.store.tickets.count()
     await svc.close()
     text = out.getvalue()
     assert "create_it_ticket: needs your confirmation" in text
@@ -87,8 +86,8 @@ async def test_chat_keeps_one_thread_so_follow_ups_have_history(tmp_path, sample
     lines = iter(["How many days of annual leave do I get?", "Can I carry them over?", ""])
     out = io.StringIO()
     await chat(svc, ALICE, read=lambda _prompt: next(lines), out=out)
-    runs = await svc.store.list_runs()
-    history = await svc.store.load_history(runs[0].conversation_key)
+    runs = await svc.store.runs.recent()
+    history = await svc.store.threads.load_history(runs[0].conversation_key)
     await svc.close()
     assert len({r.conversation_key for r in runs}) == 1
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
@@ -139,10 +138,10 @@ async def test_the_terminal_recovers_an_interrupted_action_only_when_no_server_i
     svc = await offline_service(tmp_path, sample_index)
     try:
         action = await left_executing_by_a_crash(svc, "My laptop was stolen from my car this morning")
-        await svc.store.heartbeat("server-on-another-host", utcnow())
+        await svc.store.workers.heartbeat("server-on-another-host", utcnow())
         served, out = await recover_unless_served(svc, ALIVE, io.StringIO()), io.StringIO()
         untouched = (await svc.pending.get(action.id)).state
-        await svc.store.forget_worker("server-on-another-host")
+        await svc.store.workers.forget("server-on-another-host")
         recovered = await recover_unless_served(svc, ALIVE, out)
         record = await svc.pending.get(action.id)
     finally:
@@ -160,7 +159,7 @@ def test_ask_while_another_process_holds_the_index_is_a_clear_error(tmp_path, sa
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from retrieval.backends.edge import EdgeBackend; "
+            "import sys, time; from pathlib import Path; from retrieval.backends import EdgeBackend; "
             f"held = EdgeBackend.open(Path({str(held)!r}), 'policies', create=True); "
             "print('ready', flush=True); time.sleep(60)",
         ],
@@ -190,8 +189,8 @@ async def test_a_piped_chat_reads_the_confirmation_from_the_pipe_not_as_the_next
     out = io.StringIO()
     try:
         code = await chat(svc, ALICE, out=out)
-        tickets = await svc.store.count_tickets()
-        questions = [run.question for run in await svc.store.list_runs()]
+        tickets = await svc.store.tickets.count()
+        questions = [run.question for run in await svc.store.runs.recent()]
     finally:
         await svc.close()
     assert code == 0 and tickets == 1, out.getvalue()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.cli.main import main
+from adapters.cli import main
 
 
 @pytest.mark.parametrize("command", [["traces"], ["handoffs"], ["traces", "run_1"], ["handoffs", "HD-1001"]])

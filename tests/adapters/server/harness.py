@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrieval.config import RetrievalConfig
+from retrieval import RetrievalConfig
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_api import FakeSlackAPI, SlackCall, block_actions, form_body, signed_headers
 
@@ -57,7 +57,7 @@ NG-412 means your VPN certificate has expired. Reconnect once on the office netw
 
 def build_index(root: Path) -> Path:
     """A two-document index with the bundled model, closed again so a server process can open it."""
-    from retrieval.index import PolicyIndex
+    from retrieval import PolicyIndex
 
     docs = root / "policies"
     docs.mkdir(parents=True)

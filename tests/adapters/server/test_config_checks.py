@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from adapters.checks import PLATFORM_CHECKS
-from adapters.cli.main import main
+from adapters.cli import main
 from bot.config import Settings
 from bot.config_check import check_index, check_model, find_problems, report
 

@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import stat
-import time
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from aiohttp import web
 
 from adapters.cli.index import run_index
 from adapters.cli.main import _index
-from adapters.server.app import build_app
+from adapters.server import build_app
 from adapters.server.index_socket import ROUTE, forward_index, socket_path
 from bot.config import Settings
 from bot.service import PolicyPal
@@ -98,21 +98,35 @@ async def test_the_socket_is_for_its_owner_only_and_gone_after_shutdown(tmp_path
     assert not path.exists()
 
 
-async def test_a_server_shutting_down_stops_indexing_between_batches_and_says_so(tmp_path, fake_openai, capsys):
+async def test_a_server_shutting_down_stops_indexing_between_batches_and_says_so(
+    tmp_path, fake_openai, capsys, monkeypatch
+):
     # SIGTERM during `policypal index` through the server waited for the whole folder to embed.
     settings = settings_for(tmp_path, fake_openai)
     assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
     service = await open_service(settings)
     embedder = service.searcher._index.embedder
-    embed, started = embedder.embed_documents, asyncio.Event()
+    embed, first_batch_started = embedder.embed_documents, asyncio.Event()
+    events: list[str] = []  # embedding batches begun and the server's stop, in the order they happened
+    stopped = threading.Event()
     loop = asyncio.get_running_loop()
 
-    def slow_embed(texts):  # type: ignore[no-untyped-def]
-        loop.call_soon_threadsafe(started.set)
-        time.sleep(0.3)
+    def embed_after_the_stop(texts):  # type: ignore[no-untyped-def]
+        events.append("batch")
+        if len(events) == 1:  # the shutdown begins while the first batch is embedding, and it ends after
+            loop.call_soon_threadsafe(first_batch_started.set)
+            stopped.wait(30)  # a hang guard only: a server that never stops indexing goes on after it
         return embed(texts)
 
-    embedder.embed_documents = slow_embed
+    stop_writes = service.searcher.stop_writes
+
+    def recorded_stop() -> None:
+        events.append("stop")
+        stop_writes()
+        stopped.set()
+
+    embedder.embed_documents = embed_after_the_stop
+    monkeypatch.setattr(service.searcher, "stop_writes", recorded_stop)
     many = tmp_path / "many"
     for n in range(80):  # five batches of 16
         write(many, f"policy-{n}.md", f"# Policy {n}\n\nRule {n} says to file form F-{n} within {n} days.\n")
@@ -120,15 +134,15 @@ async def test_a_server_shutting_down_stops_indexing_between_batches_and_says_so
     await runner.setup()
     try:
         indexing = asyncio.create_task(asyncio.to_thread(_index, settings, [str(many)]))
-        await asyncio.wait_for(started.wait(), 30)
-        began = loop.time()
+        await asyncio.wait_for(first_batch_started.wait(), 30)
         await runner.cleanup()  # what SIGTERM does
-        shut_down_in = loop.time() - began
         code = await indexing
     finally:
         await service.close()
     _out, err = capsys.readouterr()
-    assert shut_down_in < 1.0 and code != 0
+    # The batch in flight finished and no other began: one of the five the folder needs, not all of them
+    # (a shutdown waiting for the folder reads five "batch"; one that stopped late, a "batch" after "stop").
+    assert events == ["batch", "stop"] and code != 0
     assert "the server is shutting down" in err and "run `policypal index` again" in err
 
 

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from adapters.server.app import build_app
+from adapters.server import build_app
 from bot.service import PolicyPal
 from bot.wiring import open_service
 from tests.adapters.server.harness import metric, running, server_env, wait_calls
@@ -75,7 +75,7 @@ async def test_metrics_are_served_without_the_pending_gauge_while_the_database_i
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         async with http.get(f"{url}/metrics") as before:
             assert 'policypal_pending_actions{state="open"} 0.0' in await before.text()
-        monkeypatch.setattr(service.store, "pending_counts", outage)
+        monkeypatch.setattr(service.store.pending, "counts", outage)
         async with http.get(f"{url}/metrics") as during:
             status, body = during.status, await during.text()
     assert status == 200, body

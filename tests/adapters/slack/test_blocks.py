@@ -28,7 +28,7 @@ from adapters.slack.blocks import (
     parse_button_value,
     split_text,
 )
-from bot.store.records import PendingRecord
+from bot.store import PendingRecord
 from bot.types import Answer, Citation, GaveUp, PendingAction, TerminationReason
 
 NOW = datetime(2025, 3, 4, 10, 30, tzinfo=UTC)
@@ -183,7 +183,7 @@ def test_a_decided_card_has_no_buttons_and_says_who_when_and_what():
     cancelled = decided_card_message(record("cancelled")).blocks[-1]["elements"][0]["text"]
     assert "Cancelled by <@U_ALICE>" in cancelled and "Nothing was created" in cancelled
     expired = decided_card_message(record("expired", decider=None, decided_at=None)).blocks[-1]["elements"][0]["text"]
-    assert "Expired at 2025-03-05 10:30 UTC" in expired
+    assert "This request expired at 2025-03-05 10:30 UTC" in expired
     failed = decided_card_message(record("failed", result={"error": "backend down"})).blocks[-1]["elements"][0]
     assert "backend down" in failed["text"]
 

@@ -1,67 +1,11 @@
-"""Work after the ack is held until it ends, and shutdown waits for it (within a deadline)."""
+"""Slack's work after the ack waits for the acks of a burst (AckFirst), in the order it came."""
 
 from __future__ import annotations
 
 import asyncio
-import gc
-import logging
+from collections.abc import Awaitable, Callable
 
-import pytest
-
-from adapters.slack.tasks import AckFirst, BackgroundTasks
-
-pytestmark = pytest.mark.asyncio
-
-
-async def test_a_task_nobody_references_still_finishes():
-    tasks, done = BackgroundTasks(), asyncio.Event()
-
-    async def work() -> None:
-        await asyncio.sleep(0.01)
-        gc.collect()
-        done.set()
-
-    tasks.spawn(work(), name="w")
-    await asyncio.wait_for(done.wait(), 1)
-    await asyncio.sleep(0)
-    assert len(tasks) == 0 and tasks.started == 1
-
-
-async def test_drain_waits_for_tasks_started_by_tasks():
-    tasks, finished = BackgroundTasks(), []
-
-    async def run() -> None:
-        await asyncio.sleep(0.05)
-        finished.append("run")
-
-    async def dispatch() -> None:
-        await asyncio.sleep(0.01)
-        tasks.spawn(run(), name="run")
-
-    tasks.spawn(dispatch(), name="dispatch")
-    await tasks.drain(1.0)
-    assert finished == ["run"]
-
-
-async def test_drain_cancels_what_outlives_the_deadline(caplog: pytest.LogCaptureFixture):
-    tasks = BackgroundTasks()
-    task = tasks.spawn(asyncio.sleep(10), name="slow")
-    with caplog.at_level(logging.WARNING):
-        await tasks.drain(0.05)
-    assert task.cancelled()
-    assert "cancelled 1 Slack task" in caplog.text
-
-
-async def test_a_failing_task_is_logged_not_lost(caplog: pytest.LogCaptureFixture):
-    tasks = BackgroundTasks()
-
-    async def fail() -> None:
-        raise RuntimeError("boom")
-
-    with caplog.at_level(logging.ERROR):
-        tasks.spawn(fail(), name="failing")
-        await tasks.drain(1.0)
-    assert "Slack task failing failed" in caplog.text
+from adapters.slack.tasks import AckFirst
 
 
 async def test_work_waits_while_requests_are_being_acknowledged():
@@ -74,34 +18,70 @@ async def test_work_waits_while_requests_are_being_acknowledged():
         waiting = [asyncio.create_task(gate.then(work(f"work{n}"))) for n in range(3)]
         await asyncio.sleep(0.02)
         order.append("ack")
-    await asyncio.wait_for(asyncio.gather(*waiting), 1)
+    await asyncio.wait_for(asyncio.gather(*waiting), 30)  # a hang guard only
     assert order == ["ack", "work0", "work1", "work2"]  # after the ack, in the order they came
 
 
-async def test_when_idle_work_starts_at_once_and_right_after_an_ack_once_it_settles():
-    gate, started = AckFirst(settle_s=0.05), []
+class VirtualClock(asyncio.SelectorEventLoop):
+    """An event loop whose clock stands still while anything is ready to run and, when nothing is, jumps to
+    the next timer. Timers fire in the order of their deadlines whatever the machine's load, and nothing
+    waits for real: a test can put marks at chosen times beside the gate's own timers and compare the order.
+    """
 
-    async def work() -> None:
-        started.append(asyncio.get_running_loop().time())
+    def __init__(self) -> None:
+        super().__init__()
+        self._now = 0.0
 
-    await gate.then(work())
-    assert len(started) == 1  # nothing acknowledged yet: no wait
-    with gate.acknowledging():
-        acked = asyncio.get_running_loop().time()
-    await gate.then(work())
-    assert 0.04 <= started[1] - acked < 0.5
+    def time(self) -> float:
+        return self._now
+
+    def _run_once(self) -> None:
+        live = [timer.when() for timer in self._scheduled if not timer.cancelled()]
+        if not self._ready and live:
+            self._now = max(self._now, min(live))
+        super()._run_once()
 
 
-async def test_sustained_acknowledging_delays_work_only_by_the_patience():
-    gate, started = AckFirst(settle_s=0.01, patience_s=0.05), []
+def on_a_virtual_clock(scenario: Callable[[], Awaitable[list[str]]]) -> list[str]:
+    with asyncio.Runner(loop_factory=VirtualClock) as runner:
+        return runner.run(scenario())
 
-    async def work() -> None:
-        started.append(asyncio.get_running_loop().time())
 
-    with gate.acknowledging():
-        begin = asyncio.get_running_loop().time()
-        await asyncio.wait_for(gate.then(work()), 1)
-    assert 0.04 <= started[0] - begin < 0.5
+def test_when_idle_work_starts_at_once_and_right_after_an_ack_once_it_settles():
+    async def scenario() -> list[str]:
+        gate, timeline, loop = AckFirst(settle_s=0.05, patience_s=10.0), [], asyncio.get_running_loop()
+
+        async def work() -> None:
+            timeline.append("work")
+
+        await gate.then(work())  # nothing acknowledged yet: no wait
+        with gate.acknowledging():
+            timeline.append("ack")
+        loop.call_later(0.049, timeline.append, "settle nearly over")
+        loop.call_later(0.051, timeline.append, "settle over")
+        await asyncio.wait_for(gate.then(work()), 30)  # in virtual time: a hang fails at once
+        await asyncio.sleep(1)
+        return timeline
+
+    # At once when idle; after an ack, as the burst settles: not before, and not only at the 10 s patience.
+    assert on_a_virtual_clock(scenario) == ["work", "ack", "settle nearly over", "work", "settle over"]
+
+
+def test_sustained_acknowledging_delays_work_only_by_the_patience():
+    async def scenario() -> list[str]:
+        gate, timeline, loop = AckFirst(settle_s=0.01, patience_s=0.05), [], asyncio.get_running_loop()
+
+        async def work() -> None:
+            timeline.append("work")
+
+        with gate.acknowledging():  # acknowledging all along: the burst never settles
+            loop.call_later(0.049, timeline.append, "patience nearly over")
+            loop.call_later(0.051, timeline.append, "patience over")
+            await asyncio.wait_for(gate.then(work()), 30)  # in virtual time: a hang fails at once
+            await asyncio.sleep(1)
+        return timeline
+
+    assert on_a_virtual_clock(scenario) == ["patience nearly over", "work", "patience over"]
 
 
 async def test_work_cancelled_while_queued_never_starts():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ import pytest_asyncio
 from aiohttp import web
 
 import adapters.teams.app as teams_module
-from adapters.server.app import build_app
+from adapters.server import build_app
 from bot.config import Settings
 from bot.service import PolicyPal
 from bot.wiring import open_service
@@ -124,16 +125,18 @@ async def test_personal_message_is_answered_in_the_chat_with_markdown_links_and_
 
 
 async def test_a_message_is_acknowledged_before_the_run_and_typing_shows_while_it_works(teams):
-    from tests.fakes.openai_server import delay
+    from tests.fakes.openai_server import held
 
-    teams.model.script(delay(1.0, text("Here is the answer.")))
-    started = asyncio.get_running_loop().time()
+    model_may_answer = asyncio.Event()
+    teams.model.script(held(model_may_answer, text("Here is the answer.")))
     status, _ = await teams.post(teams.channel.personal_message("Is there a dress code?"))
-    acknowledged = asyncio.get_running_loop().time() - started
+    teams.model.mark("acknowledged")
     typing = await teams.channel.wait_for(lambda r: r.type == "typing")
+    model_may_answer.set()  # the run ends only now; an ack that waited for it would come 10 s later, after it
     reply = await teams.reply()
 
-    assert status in (200, 201) and acknowledged < 0.5
+    assert status in (200, 201)
+    assert "reply 1" not in teams.model.events_until("acknowledged")  # acknowledged before the run answered
     assert typing.conversation_id == reply.conversation_id
     assert teams.channel.recorded.index(typing) < teams.channel.recorded.index(reply)
     assert reply.text == "Here is the answer."
@@ -143,7 +146,7 @@ async def test_the_user_is_identified_by_aad_id_with_email_from_the_roster(teams
     teams.model.script(text("Hello."))
     await teams.post(teams.channel.personal_message("hi"))
     await teams.reply()
-    (run,) = await teams.service.store.list_runs()
+    (run,) = await teams.service.store.runs.recent()
     assert run.user_id == ALICE["aadObjectId"] and run.platform == "teams"
     assert run.conversation_key.startswith(f"teams:{TENANT}:a:personal-")
     assert teams.channel.member_lookups == [(f"a:personal-{ALICE['id']}", ALICE["id"])]
@@ -158,7 +161,7 @@ async def test_a_repeated_activity_id_never_starts_a_second_run(teams):
     await asyncio.sleep(0.3)
     assert len(teams.model.requests) == 1
     assert len(teams.channel.messages()) == 1
-    assert len(await teams.service.store.list_runs()) == 1
+    assert len(await teams.service.store.runs.recent()) == 1
 
 
 async def test_the_same_activity_id_in_two_personal_chats_runs_both(teams):
@@ -169,7 +172,7 @@ async def test_the_same_activity_id_in_two_personal_chats_runs_both(teams):
     await teams.reply()
     await teams.post(bob)
     second = await teams.reply(count=2)
-    assert second.text == "For Bob." and len(await teams.service.store.list_runs()) == 2
+    assert second.text == "For Bob." and len(await teams.service.store.runs.recent()) == 2
 
 
 async def test_a_redelivery_of_an_activity_an_older_release_ran_does_not_run_again(teams):
@@ -292,7 +295,7 @@ async def test_a_tenant_outside_the_allow_list_gets_a_polite_refusal_and_no_run(
     assert status in (200, 201)
     assert "isn't available for your organization" in reply.text
     await asyncio.sleep(0.1)
-    assert teams.model.requests == [] and await teams.service.store.list_runs() == []
+    assert teams.model.requests == [] and await teams.service.store.runs.recent() == []
 
 
 async def test_a_guest_may_not_propose_a_ticket(teams):
@@ -300,7 +303,7 @@ async def test_a_guest_may_not_propose_a_ticket(teams):
     await teams.post(teams.channel.personal_message("my VPN is broken, open a ticket", sender=GUEST))
     reply = await teams.reply()
     assert not reply.cards or all(a["verb"] != "confirm" for a in reply.cards[0].get("actions", []))
-    assert await teams.service.store.find_pending("open") == []
+    assert await teams.service.store.pending.find("open") == []
 
 
 async def test_without_the_roster_the_sender_is_treated_as_a_guest(teams):
@@ -308,7 +311,7 @@ async def test_without_the_roster_the_sender_is_treated_as_a_guest(teams):
     teams.model.script(tool_calls(("create_it_ticket", TICKET)), text("I can't raise that ticket."))
     await teams.post(teams.channel.personal_message("open a VPN ticket"))
     await teams.reply()
-    assert await teams.service.store.find_pending("open") == []
+    assert await teams.service.store.pending.find("open") == []
 
 
 async def test_a_failed_run_becomes_an_apology_not_silence(teams, monkeypatch):
@@ -324,15 +327,38 @@ async def test_a_failed_run_becomes_an_apology_not_silence(teams, monkeypatch):
 # --- a busy connector ----------------------------------------------------------------------------
 
 
-async def test_a_reply_refused_once_with_429_is_sent_after_retry_after(teams):
+def record_retry_waits(monkeypatch: pytest.MonkeyPatch, channel: FakeBotConnector) -> list[tuple[str, float, int, int]]:
+    """The connector's waits between attempts: ("wait" or "waited", seconds, calls refused, messages received).
+
+    The retry loop's own ``asyncio.sleep`` is wrapped (the module's name for asyncio, not asyncio itself), so
+    a test can tell what it waited for and what had happened on the channel when each wait began and ended.
+    """
+    retry_module = sys.modules[teams_module.with_retries.__module__]
+    waits: list[tuple[str, float, int, int]] = []
+
+    class RecordedSleep:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(asyncio, name)
+
+        async def sleep(self, seconds: float) -> None:
+            waits.append(("wait", seconds, len(channel.refused), len(channel.messages())))
+            await asyncio.sleep(seconds)
+            waits.append(("waited", seconds, len(channel.refused), len(channel.messages())))
+
+    monkeypatch.setattr(retry_module, "asyncio", RecordedSleep())
+    return waits
+
+
+async def test_a_reply_refused_once_with_429_is_sent_after_retry_after(teams, monkeypatch):
+    waits = record_retry_waits(monkeypatch, teams.channel)
     teams.channel.refuse_next(429, retry_after="1")
     teams.model.script(text("Here is your answer."))
-    started = asyncio.get_running_loop().time()
     await teams.post(teams.channel.personal_message("Is there a dress code?"))
     reply = await teams.reply()
     assert reply.text == "Here is your answer." and len(teams.channel.messages()) == 1
     assert teams.channel.refused == [("send", 429)]
-    assert asyncio.get_running_loop().time() - started >= 1.0  # Retry-After was honoured
+    # Retry-After was honoured: after the refusal, one wait of the 1 s it asked for, and only then the reply.
+    assert waits == [("wait", 1.0, 1, 0), ("waited", 1.0, 1, 0)]
 
 
 @pytest.mark.parametrize("status", [412, 502, 503, 504])
@@ -343,15 +369,17 @@ async def test_the_connector_retries_a_transient_refusal(teams, status):
     assert sent == reply.id and reply.text == "hi" and teams.channel.refused == [("send", status)] * 2
 
 
-async def test_the_connector_gives_up_in_bounded_time_and_logs_the_conversation(teams, caplog):
-    from adapters.teams.retry import DeliveryFailed
+async def test_the_connector_gives_up_in_bounded_time_and_logs_the_conversation(teams, caplog, monkeypatch):
+    from bot.errors import DeliveryFailed
 
+    waits = record_retry_waits(monkeypatch, teams.channel)
     teams.channel.refuse_next(429, times=10, retry_after="60")  # capped at max_wait_s
     connector, reference = fast_connector(teams), personal_reference(teams)
-    started = asyncio.get_running_loop().time()
     with pytest.raises(DeliveryFailed):
-        await connector.update(reference, "out-7", {"type": "message", "text": "decided"})
-    assert asyncio.get_running_loop().time() - started < 1.0
+        # 30 s only stops a hung test: a connector waiting out the 60 s Retry-After fails here
+        await asyncio.wait_for(connector.update(reference, "out-7", {"type": "message", "text": "decided"}), 30)
+    # Bounded: three attempts with the 60 s Retry-After capped at max_wait_s (0.1 s) between them, then no wait.
+    assert [seconds for kind, seconds, *_ in waits if kind == "wait"] == [0.1, 0.1]
     assert teams.channel.refused == [("update", 429)] * 3 and teams.channel.updates == []
     (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert reference["conversation"]["id"] in error.getMessage() and "429" in error.getMessage()
@@ -366,7 +394,7 @@ async def test_a_refusal_that_cannot_change_is_not_retried(teams):
 
 def fast_connector(teams: Teams) -> teams_module.BotFrameworkConnector:
     """The production connector with a retry budget small enough for a test."""
-    from adapters.teams.retry import RetryPolicy
+    from bot.delivery import RetryPolicy
 
     policy = RetryPolicy(attempts=3, first_s=0.05, max_wait_s=0.1, total_s=2.0)
     return teams_module.BotFrameworkConnector(teams_module.build_adapter(teams.settings), None, retry=policy)

@@ -15,8 +15,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from adapters.teams.app import add_teams_routes, auth_mode
-from bot.config import ConfigError
+from adapters.teams import add_teams_routes, auth_mode
+from bot.errors import ConfigError
 from tests.adapters.teams.test_app import running_teams
 from tests.bot.helpers import settings_for
 from tests.fakes.openai_server import text
@@ -48,7 +48,7 @@ async def test_with_credentials_a_request_without_a_token_gets_401_and_starts_no
         assert (await teams.post(invoke))[0] == 401
         await asyncio.sleep(0.2)
         assert teams.model.requests == [] and teams.channel.recorded == []
-        assert await teams.service.store.list_runs() == []
+        assert await teams.service.store.runs.recent() == []
     finally:
         await runner.aclose()
 
@@ -128,7 +128,7 @@ def serve_signing_keys(monkeypatch: pytest.MonkeyPatch, failure: Exception | Non
 
 async def question_run(teams: Any) -> str:
     for _ in range(100):
-        if runs := await teams.service.store.list_runs():
+        if runs := await teams.service.store.runs.recent():
             return runs[0].question
         await asyncio.sleep(0.05)
     raise AssertionError("no run started")
@@ -163,7 +163,7 @@ async def test_an_invalid_token_gets_401_with_one_warning_and_starts_nothing(
         warnings = [r for r in caplog.records if r.name == "adapters.teams.app" and r.levelno == logging.WARNING]
         assert len(warnings) == len(invalid) and not any(r.exc_info for r in caplog.records)
         await asyncio.sleep(0.2)
-        assert await teams.service.store.list_runs() == [] and teams.channel.recorded == []
+        assert await teams.service.store.runs.recent() == [] and teams.channel.recorded == []
         teams.model.script(text("Valid."))  # the same keys let a good token in
         good = {"Authorization": f"Bearer {bot_token(url)}"}
         status, _ = await teams.post(teams.channel.personal_message("hi"), good)

@@ -11,13 +11,11 @@ import pytest
 from aiohttp import web
 from msrest.exceptions import HttpOperationError
 
-from adapters.teams import cards
-from adapters.teams.helpdesk import TeamsChannelDestination, teams_destination
-from bot.config import ConfigError, Settings
-from bot.helpdesk.cases import HandoffCase, Helpdesk
-from bot.helpdesk.outbox import Outbox, OutboxPolicy
-from bot.store.columns import utcnow
-from bot.store.store import Store
+from adapters.teams import TeamsChannelDestination, cards, teams_destination
+from bot.config import Settings
+from bot.errors import ConfigError
+from bot.helpdesk import HandoffCase, Helpdesk, Outbox, OutboxPolicy
+from bot.store import Store, utcnow
 from bot.types import UserRef
 from tests.fakes.bot_connector import FakeBotConnector
 
@@ -66,7 +64,7 @@ async def test_a_case_is_posted_to_the_helpdesk_channel_as_a_card():
 
 
 async def test_the_real_handoff_case_renders_with_its_one_line_question_and_reason_label():
-    from bot.helpdesk.markdown import reason_label
+    from bot.helpdesk import reason_label
 
     case = CASE
     async with FakeBotConnector() as channel:

@@ -67,7 +67,7 @@ def test_the_package_is_filled_from_the_app_id(tmp_path):
 
 
 def test_the_cli_command_writes_the_package(tmp_path, monkeypatch):
-    from adapters.cli.main import main
+    from adapters.cli import main
 
     monkeypatch.chdir(tmp_path)  # no stray .env
     monkeypatch.setenv("MicrosoftAppId", APP_ID)

@@ -1,7 +1,7 @@
 import pytest
 
-from bot.agent.budget import Budget, Budgets, CallAllowance, Spent
-from bot.agent.pricing import Price, PriceTable, UnknownPrice
+from bot.agent import Budget, Budgets, CallAllowance, Price, PriceTable, Spent
+from bot.errors import UnknownPrice
 from bot.types import TerminationReason, Usage
 
 GPT_4O_MINI = Price(0.15, 0.60)

@@ -8,11 +8,11 @@ import json
 import pytest
 
 from bot.agent.turn import SEARCH_EXHAUSTED
-from bot.config import ConfigError
+from bot.errors import ConfigError
 from bot.types import GIVE_UP_MESSAGE, Answer, GaveUp, TerminationReason
 from bot.wiring import open_service
-from tests.bot.helpers import ask, last_tool_results, service, settings_for
-from tests.fakes.openai_server import Turn, delay, error, raw, text, tool_calls
+from tests.bot.helpers import ask, eventually, last_tool_results, service, settings_for
+from tests.fakes.openai_server import FakeOpenAI, Turn, delay, error, raw, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
 
@@ -104,13 +104,14 @@ async def test_each_call_is_capped_to_the_tokens_left(tmp_path, fake_openai, sam
 
 
 async def test_deadline_bounds_a_slow_model_call(tmp_path, fake_openai, sample_index):
-    fake_openai.script(delay(5, text("too late")))
+    fake_openai.script(delay(20, text("too late")))  # far past the 1 s deadline
     async with service(tmp_path, fake_openai, sample_index, deadline_s=1.0) as svc:
-        started = asyncio.get_running_loop().time()
-        reply = await ask(svc, "what is the travel policy?")
-        elapsed = asyncio.get_running_loop().time() - started
+        reply = await asyncio.wait_for(ask(svc, "what is the travel policy?"), 60)  # only stops a hung test
+        fake_openai.mark("run ended")
     assert reply.reason == TerminationReason.DEADLINE
-    assert elapsed < 3
+    # The run ended while the slow reply was still unsent: a run waiting for it would end after "reply 1".
+    assert "request 1" in fake_openai.events_until("run ended")
+    assert "reply 1" not in fake_openai.events_until("run ended")
 
 
 async def test_cost_budget_refuses_a_call_whose_projection_exceeds_the_cap(tmp_path, fake_openai, sample_index):
@@ -156,7 +157,7 @@ async def test_model_errors_after_retries_end_the_run_with_model_error(tmp_path,
 
 async def svc_trace(tmp_path, fake, index, run_id):
     async with service(tmp_path, fake, index) as svc:
-        row = await svc.store.get_run(run_id)
+        row = await svc.store.runs.get(run_id)
     return row.trace
 
 
@@ -280,16 +281,18 @@ async def test_a_run_can_be_cancelled(tmp_path, fake_openai, sample_index):
     from bot.types import Inbound
     from tests.bot.helpers import ALICE
 
-    fake_openai.script(delay(10, text("never")))
+    fake_openai.script(delay(20, text("never")))
     cancel = asyncio.Event()
     async with service(tmp_path, fake_openai, sample_index) as svc:
         inbound = Inbound("console", "terminal", "t9", ALICE, "slow question", event_id="cancel-1")
         task = asyncio.create_task(svc.handle_message(inbound, cancel))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: "request 1" in fake_openai.events, timeout_s=30)  # cancelled mid-call
         cancel.set()
-        reply = await asyncio.wait_for(task, 2)
+        reply = await asyncio.wait_for(task, 60)  # only stops a hung test
+        fake_openai.mark("run ended")
     assert reply.reason == TerminationReason.CANCELLED
     assert isinstance(reply.outcome, GaveUp)
+    assert "reply 1" not in fake_openai.events_until("run ended")  # it did not wait for the model's reply
 
 
 async def test_a_retried_event_never_starts_a_second_run(tmp_path, fake_openai, sample_index):
@@ -309,7 +312,7 @@ async def test_every_run_has_a_stored_trace_with_tokens_cost_and_latency(tmp_pat
     fake_openai.script(tool_calls(search("travel"), usage=(1_000, 50)), text("Fly economy.", usage=(1_500, 20)))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "what class can I fly?")
-        row = await svc.store.get_run(reply.run_id)
+        row = await svc.store.runs.get(reply.run_id)
     assert row.reason == "answered" and row.status == "finished"
     assert (row.steps, row.input_tokens, row.output_tokens) == (2, 2_500, 70)
     assert row.cost_usd == pytest.approx((2_500 * 0.15 + 70 * 0.60) / 1e6)
@@ -320,18 +323,22 @@ async def test_every_run_has_a_stored_trace_with_tokens_cost_and_latency(tmp_pat
 
 
 async def test_a_tool_still_running_at_the_deadline_is_cut_off_and_recorded(tmp_path, fake_openai, sample_index):
-    class StuckIndex:
+    class StuckIndex:  # puts its searches on the fake's timeline, beside the run's end
         async def asearch(self, query, k=5, filter=None):
-            await asyncio.sleep(30)
+            fake_openai.mark(f"search {query} started")
+            await asyncio.sleep(20)  # far past the 1.5 s deadline
+            fake_openai.mark(f"search {query} finished")
+            return []
 
     fake_openai.script(tool_calls(search("leave"), search("travel")))
     async with service(tmp_path, fake_openai, StuckIndex(), deadline_s=1.5) as svc:
-        started = asyncio.get_running_loop().time()
-        reply = await ask(svc, "leave and travel?")
-        elapsed = asyncio.get_running_loop().time() - started
-        row = await svc.store.get_run(reply.run_id)
+        reply = await asyncio.wait_for(ask(svc, "leave and travel?"), 60)  # only stops a hung test
+        fake_openai.mark("run ended")
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.DEADLINE
-    assert elapsed < 3
+    before_the_end = fake_openai.events_until("run ended")
+    assert {"search leave started", "search travel started"} <= set(before_the_end)  # running at the deadline
+    assert not [e for e in before_the_end if e.endswith("finished")]  # and not waited for
     assert [step.get("error") for step in row.trace if step["kind"] == "tool"] == ["timeout", "timeout"]
 
 
@@ -362,7 +369,7 @@ async def test_a_badly_shaped_reply_ends_the_run_with_model_error_and_a_stored_t
     fake_openai.script(turn)
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "how do receipts work?")
-        row = await svc.store.get_run(reply.run_id)
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.MODEL_ERROR
     assert isinstance(reply.outcome, GaveUp) and reply.outcome.case_id
     assert (row.status, row.reason) == ("finished", "model_error")
@@ -394,8 +401,8 @@ async def test_a_lone_surrogate_in_a_users_message_is_replaced_and_the_run_answe
     fake_openai.script(text("Hello!"))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "\ud800 hello")
-        row = await svc.store.get_run(reply.run_id)
-        history = await svc.store.load_history(reply.conversation_key)
+        row = await svc.store.runs.get(reply.run_id)
+        history = await svc.store.threads.load_history(reply.conversation_key)
     assert reply.reason == TerminationReason.ANSWERED
     assert fake_openai.requests[0].messages[-1] == {"role": "user", "content": "\ufffd hello"}
     assert row.question == "\ufffd hello" and row.reason == "answered"
@@ -412,7 +419,7 @@ async def test_a_bug_inside_the_loop_still_ends_the_run_with_a_reason_a_trace_an
     fake_openai.script(tool_calls((SEARCH, '{"query": "receipts"}')))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "how do receipts work?")
-        row = await svc.store.get_run(reply.run_id)
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.INTERNAL_ERROR
     assert isinstance(reply.outcome, GaveUp) and reply.outcome.case_id
     assert (row.status, row.reason) == ("finished", "internal_error")
@@ -424,7 +431,7 @@ class EchoSearch:
     """A searcher whose one passage names the query, so a test can tell which call a result answers."""
 
     async def asearch(self, query, k=5, filter=None):
-        from retrieval.types import Passage
+        from retrieval import Passage
 
         return [Passage(score=0.9, doc_id="d", title="T", heading=f"T > {query}", source="s", text=f"about {query}")]
 
@@ -447,7 +454,7 @@ async def test_an_answer_stopped_by_the_content_filter_is_not_given_as_an_answer
     fake_openai.script(text("You can claim the full amount if you", finish_reason="content_filter"))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, "can I claim my taxi?")
-        row = await svc.store.get_run(reply.run_id)
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.MODEL_ERROR
     assert isinstance(reply.outcome, GaveUp) and reply.outcome.case_id
     assert row.trace[-1]["stop_reason"] == "content_filter"
@@ -488,7 +495,7 @@ async def test_an_empty_summary_does_not_fold_the_history_away(tmp_path, fake_op
         tmp_path, fake_openai, sample_index, compact_at_tokens=1_500, max_searches=10, max_steps=8, max_tokens=60_000
     ) as svc:
         reply = await ask(svc, "the original question about leave and travel")
-        row = await svc.store.get_run(reply.run_id)
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.ANSWERED, reply
     summary_request = next(r for r in fake_openai.requests if not r.tools)
     after = fake_openai.requests[fake_openai.requests.index(summary_request) + 1]
@@ -498,14 +505,30 @@ async def test_an_empty_summary_does_not_fold_the_history_away(tmp_path, fake_op
     fake_openai.assert_script_consumed()
 
 
-async def test_a_rate_limit_asking_to_wait_past_the_deadline_ends_the_run_at_once(tmp_path, fake_openai, sample_index):
+def record_retry_waits(monkeypatch: pytest.MonkeyPatch, fake: FakeOpenAI) -> None:
+    """Put every wait the openai SDK starts before a retry on the fake's timeline, as "retry wait"."""
+    from openai._base_client import AsyncAPIClient
+
+    sleep_for_retry = AsyncAPIClient._sleep_for_retry
+
+    async def recorded(self, **kwargs):
+        fake.mark("retry wait")
+        return await sleep_for_retry(self, **kwargs)
+
+    monkeypatch.setattr(AsyncAPIClient, "_sleep_for_retry", recorded)
+
+
+async def test_a_rate_limit_asking_to_wait_past_the_deadline_ends_the_run_at_once(
+    tmp_path, fake_openai, sample_index, monkeypatch
+):
+    record_retry_waits(monkeypatch, fake_openai)
     fake_openai.script(error(429, "Rate limit reached", headers={"retry-after": "30"}), text("too late"))
     async with service(tmp_path, fake_openai, sample_index, deadline_s=3.0) as svc:
-        started = asyncio.get_running_loop().time()
-        reply = await ask(svc, "what is the travel policy?")
-        elapsed = asyncio.get_running_loop().time() - started
-        row = await svc.store.get_run(reply.run_id)
+        reply = await asyncio.wait_for(ask(svc, "what is the travel policy?"), 60)  # only stops a hung test
+        fake_openai.mark("run ended")
+        row = await svc.store.runs.get(reply.run_id)
     assert reply.reason == TerminationReason.MODEL_ERROR
-    assert elapsed < 2
+    # At once: from the 429 straight to the end, with no wait begun for a retry that could only come too late.
+    assert fake_openai.events_until("run ended") == ["request 1", "reply 1"]
     assert "HTTP 429: Rate limit reached" in row.trace[-1]["error"]
     assert fake_openai.remaining == 1

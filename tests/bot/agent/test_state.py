@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from bot.agent.budget import Spent
-from bot.agent.state import STATE_VERSION, PendingTurn, RunState, StateVersionError
+from bot.agent import Spent
+from bot.agent.state import STATE_VERSION, PendingTurn, RunState
+from bot.errors import StateVersionError
 from bot.types import Citation, UserRef
 
 

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from bot.agent.tools import Consequence, Tool, ToolRefusal, ToolRegistry
+from bot.agent import Consequence, Tool, ToolRegistry
+from bot.errors import ToolRefusal
 from bot.types import UserRef
 
 

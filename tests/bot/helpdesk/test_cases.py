@@ -9,7 +9,7 @@ import json
 import pytest
 
 from adapters.cli.handoffs import show_handoffs
-from bot.helpdesk.cases import HandoffCase, case_number
+from bot.helpdesk import HandoffCase, case_number
 from bot.redaction import REDACTED
 from bot.types import Answer, GaveUp, Inbound, TerminationReason, UserRef
 from tests.bot.helpers import ALICE, service, settings_for
@@ -30,7 +30,7 @@ def search(query: str):
 
 
 async def stored_case(svc, case_id: str) -> HandoffCase:
-    record = await svc.store.get_handoff(case_number(case_id))
+    record = await svc.store.cases.get(case_number(case_id))
     assert record is not None
     return HandoffCase.from_record(record)
 
@@ -128,7 +128,7 @@ async def test_asking_for_a_human_opens_a_case_without_calling_the_model(tmp_pat
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await svc.handle_message(slack_message("I want to talk to a human please"))
         case = await stored_case(svc, reply.run_id)
-        history = await svc.store.load_history(reply.conversation_key)
+        history = await svc.store.threads.load_history(reply.conversation_key)
     assert isinstance(reply.outcome, Answer)
     assert reply.outcome.text.startswith("Sure. I've passed this to the helpdesk as case HD-1001")
     assert case.reason == "user_request" and case.question == "I want to talk to a human please"

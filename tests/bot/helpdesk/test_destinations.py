@@ -10,12 +10,10 @@ import pytest
 from slack_sdk.errors import SlackApiError
 
 from adapters.slack.helpdesk import SlackChannelDestination, transcript_chunks
-from bot.delivery.http_json import SIGNATURE_HEADER, RemoteError
-from bot.helpdesk.cases import HandoffCase, Helpdesk
-from bot.helpdesk.destinations import EmailDestination, WebhookDestination
-from bot.helpdesk.outbox import Outbox, OutboxPolicy
-from bot.store.columns import utcnow
-from bot.store.store import Store
+from bot.delivery import SIGNATURE_HEADER
+from bot.errors import RemoteError
+from bot.helpdesk import EmailDestination, HandoffCase, Helpdesk, Outbox, OutboxPolicy, WebhookDestination
+from bot.store import Store, utcnow
 from bot.types import UserRef
 from tests.databases import Database
 from tests.fakes.helpdesk_servers import FakeSMTP, FakeWebhook, stall, status
@@ -121,7 +119,7 @@ async def test_webhook_retries_in_another_process_send_the_key_stored_with_the_c
         restarted = await database.open()
         (second,) = await Outbox(restarted, [destination], RETRY_SOON, clock=later(31)).run_once()
         await destination.aclose()
-    (row,) = await restarted.deliveries([1])
+    (row,) = await restarted.cases.deliveries([1])
     assert (first.status, second.status) == ("retrying", "delivered")
     assert [sent.headers["idempotency-key"] for sent in hook.requests] == [row.idempotency_key] * 2
     assert uuid.UUID(row.idempotency_key) and row.idempotency_key != "HD-1001"
@@ -316,14 +314,14 @@ async def test_a_delivery_taken_over_mid_way_stops_and_records_nothing_over_the_
 
         async def post_then_lose_the_claim(**kwargs):  # we stalled so long that another worker took over
             response = await real_post(**kwargs)
-            (row,) = await store.deliveries([1])
+            (row,) = await store.cases.deliveries([1])
             later = utcnow() + timedelta(hours=1)
-            assert await store.claim_delivery(row.id, "other-worker", later, later) == 2
+            assert await store.cases.claim_delivery(row.id, "other-worker", later, later) == 2
             return response
 
         slow._client.chat_postMessage = post_then_lose_the_claim  # type: ignore[method-assign]
         results = await Outbox(store, [slow], RETRY_SOON).run_once()
-        (row,) = await store.deliveries([1])
+        (row,) = await store.cases.deliveries([1])
     await store.close()
     assert results == []  # neither "retrying" nor "delivered": the other worker reports it
     assert (row.state, row.claimed_by, row.attempts, row.external_ref) == ("sending", "other-worker", 2, None)

@@ -8,11 +8,9 @@ from datetime import timedelta
 
 from adapters.cli.handoffs import show_handoffs
 from bot.config import Settings
-from bot.helpdesk.cases import HandoffCase, Helpdesk
-from bot.helpdesk.outbox import DeliveryResult, Outbox, OutboxPolicy
-from bot.runtime.metrics import Metrics
-from bot.store.columns import utcnow
-from bot.store.store import Store
+from bot.helpdesk import DeliveryResult, HandoffCase, Helpdesk, Outbox, OutboxPolicy
+from bot.runtime import Metrics
+from bot.store import Store, utcnow
 from bot.types import UserRef
 from tests.databases import Database
 
@@ -64,7 +62,7 @@ async def test_failure_then_restart_then_success_delivers_exactly_once(database:
     (result,) = await outbox.run_once()
     assert (result.case_id, result.status, result.detail) == (case.case_id, "delivered", f"ref-{case.case_id}")
     assert await outbox.run_once() == []
-    (row,) = await restarted.deliveries([1])
+    (row,) = await restarted.cases.deliveries([1])
     assert (row.state, row.attempts, row.external_ref) == ("delivered", 2, f"ref-{case.case_id}")
     assert flaky.delivered + healthy.delivered == [case.case_id]
 
@@ -89,29 +87,29 @@ async def test_a_delivery_that_keeps_failing_is_listed_as_failed_and_retried_on_
     assert [r.status for r in await outbox.run_once()] == ["retrying"]
     assert [r.status for r in await outbox.run_once()] == ["failed"]
     assert await outbox.run_once() == []  # given up: no more automatic attempts
-    (failed,) = await store.list_handoffs(failed_only=True)
+    (failed,) = await store.cases.recent(failed_only=True)
     assert failed.number == 1
 
     assert await outbox.retry_failed(case.case_id) == 1
     broken.failures = 0
     (result,) = await outbox.run_once()
     assert result.status == "delivered" and broken.delivered == [case.case_id]
-    assert await store.list_handoffs(failed_only=True) == []
+    assert await store.cases.recent(failed_only=True) == []
 
 
 async def test_a_claim_left_by_a_dead_worker_is_taken_over_and_its_late_result_ignored(store: Store) -> None:
     case = await open_case(store)
-    (row,) = await store.deliveries([1])
+    (row,) = await store.cases.deliveries([1])
     now = utcnow()
-    attempt = await store.claim_delivery(row.id, "dead-worker", now, now - timedelta(seconds=60))
+    attempt = await store.cases.claim_delivery(row.id, "dead-worker", now, now - timedelta(seconds=60))
     assert attempt == 1
     assert await Outbox(store, [Recorder()], QUICK).run_once() == []  # still claimed, not yet stale
 
     survivor = Recorder()
     (result,) = await Outbox(store, [survivor], QUICK, clock=later(61)).run_once()
     assert result.status == "delivered" and survivor.delivered == [case.case_id]
-    assert not await store.settle_delivery(row.id, "dead-worker", attempt, "failed", last_error="late")
-    (row,) = await store.deliveries([1])
+    assert not await store.cases.settle_delivery(row.id, "dead-worker", attempt, "failed", last_error="late")
+    (row,) = await store.cases.deliveries([1])
     assert row.state == "delivered"
 
 
@@ -126,13 +124,13 @@ async def test_one_case_per_origin_and_one_delivery_per_destination(store: Store
     first = await open_case(store, destinations=("hook", "email"))
     again = await open_case(store, destinations=("hook", "email"))
     assert first.case_id == again.case_id == "HD-1001"
-    assert sorted(d.destination for d in await store.deliveries([1])) == ["email", "hook"]
+    assert sorted(d.destination for d in await store.cases.deliveries([1])) == ["email", "hook"]
 
 
 async def test_deliveries_for_destinations_this_process_lacks_are_left_for_another(store: Store) -> None:
     await open_case(store, destinations=("slack",))
     assert await Outbox(store, [Recorder("hook")], QUICK).run_once() == []
-    (row,) = await store.deliveries([1])
+    (row,) = await store.cases.deliveries([1])
     assert row.state == "pending" and row.attempts == 0
 
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 from adapters.slack.helpdesk import MAX_THREAD_MESSAGES, transcript_chunks
-from bot.helpdesk.cases import asks_for_human
+from bot.helpdesk import asks_for_human
 from bot.redaction import REDACTED, Redactor, bounded
 from tests.bot.helpdesk.test_destinations import CASE, STEP
 from tests.bot.helpers import ask, service
@@ -131,7 +131,7 @@ async def test_traces_keep_no_secret_a_user_pasted(tmp_path, fake_openai, sample
     fake_openai.script(tool_calls(("search_policies", {"query": pasted})), answer("Use the VPN guide."))
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await ask(svc, pasted)
-        row = await svc.store.get_run(reply.run_id)
+        row = await svc.store.runs.get(reply.run_id)
     stored = json.dumps([row.question, row.trace])
     assert "Sup3rS3cret!9" not in stored and "xoxb-1234567890" not in stored
     assert row.question.startswith("vpn fails, my password: [redacted]")

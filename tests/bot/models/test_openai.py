@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,9 +10,11 @@ import pytest
 from pydantic import SecretStr
 
 from bot.config import Settings, load_settings
-from bot.models.offline.model import OfflineModel
-from bot.models.openai import ModelTimeout, OpenAIChatModel, build_model
-from bot.types import ModelError, ModelReply
+from bot.errors import ModelError, ModelTimeout
+from bot.models import OpenAIChatModel
+from bot.models.offline import OfflineModel
+from bot.types import ModelReply
+from bot.wiring import build_model
 from tests.fakes.openai_server import FakeOpenAI, delay, error, raw, respond, text, tool_calls
 
 API_KEY = "sk-test-0123456789abcdefSECRET"
@@ -136,13 +137,14 @@ async def test_server_error_after_retries_raises_model_error_with_status(fake: F
 
 
 async def test_slow_reply_raises_model_timeout_within_the_timeout(fake: FakeOpenAI) -> None:
-    fake.script(delay(5, text("too late")))
+    fake.script(delay(30, text("too late")))  # the 0.3 s timeout must end the call long before this
 
-    started = time.monotonic()
     with pytest.raises(ModelTimeout, match=r"no reply within 0\.3 s"):
         await complete(model_for(fake), timeout=0.3)
+    fake.mark("timed out")
 
-    assert time.monotonic() - started < 1.5
+    # Raised while the reply was still unsent, not after waiting for it (that order would be "reply 1" first).
+    assert fake.events_until("timed out") == ["request 1"]
 
 
 async def test_api_key_never_appears_in_errors(fake: FakeOpenAI) -> None:
@@ -366,25 +368,47 @@ async def test_calls_sharing_an_id_get_ids_of_their_own(fake: FakeOpenAI) -> Non
     assert [c["id"] for c in reply.as_message()["tool_calls"]] == ids
 
 
-async def test_a_retry_after_past_the_timeout_fails_at_once_with_the_status(fake: FakeOpenAI) -> None:
+def record_retry_waits(monkeypatch: pytest.MonkeyPatch, fake: FakeOpenAI) -> None:
+    """Put every wait the openai SDK starts before a retry on the fake's timeline, as "retry wait"."""
+    from openai._base_client import AsyncAPIClient
+
+    sleep_for_retry = AsyncAPIClient._sleep_for_retry
+
+    async def recorded(self: AsyncAPIClient, **kwargs: Any) -> None:
+        fake.mark("retry wait")
+        await sleep_for_retry(self, **kwargs)
+
+    monkeypatch.setattr(AsyncAPIClient, "_sleep_for_retry", recorded)
+
+
+async def test_a_retry_after_past_the_timeout_fails_at_once_with_the_status(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_retry_waits(monkeypatch, fake)
     fake.script(error(429, "Rate limit reached for requests", headers={"retry-after": "30"}), text("too late"))
 
-    started = time.monotonic()
     with pytest.raises(ModelError) as caught:
         await complete(model_for(fake), timeout=2.0)
+    fake.mark("failed")
 
-    assert time.monotonic() - started < 1.0  # not the 2 s timeout spent waiting for a retry that cannot come
+    # At once: from the 429 to the error with no wait begun for a retry that could only come after the 2 s
+    # timeout (waiting it out would read "retry wait" here, and end in a ModelTimeout).
+    assert fake.events_until("failed") == ["request 1", "reply 1"]
     assert not isinstance(caught.value, ModelTimeout)
     assert "HTTP 429" in str(caught.value) and "Rate limit reached" in str(caught.value)
     assert fake.remaining == 1
 
 
-async def test_a_retry_after_within_the_timeout_is_still_waited_for(fake: FakeOpenAI) -> None:
+async def test_a_retry_after_within_the_timeout_is_still_waited_for(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_retry_waits(monkeypatch, fake)
     fake.script(error(503, "Overloaded", headers={"retry-after-ms": "200"}), text("after the retry"))
 
     reply = await complete(model_for(fake), timeout=2.0)
 
     assert reply.text == "after the retry"
+    assert fake.events == ["request 1", "reply 1", "retry wait", "request 2", "reply 2"]
     fake.assert_script_consumed()
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bot.runtime.inflight import InFlight
+from bot.runtime import InFlight
 
 pytestmark = pytest.mark.asyncio
 

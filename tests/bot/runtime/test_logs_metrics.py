@@ -2,8 +2,8 @@ import json
 import logging
 
 from bot.redaction import Redactor
+from bot.runtime import Metrics
 from bot.runtime.logs import JsonFormatter, log_context
-from bot.runtime.metrics import Metrics
 
 
 def _format(record_message: str, redactor: Redactor | None = None) -> dict:

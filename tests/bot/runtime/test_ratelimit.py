@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from bot.runtime.ratelimit import BUSY_TEXT, Admission, RunSlots, UserRateLimit
-from bot.store.store import Store
+from bot.runtime import BUSY_TEXT, Admission, RunSlots, UserRateLimit
+from bot.store import Store
 from bot.types import Answer
 from tests.bot.helpers import BOB, ask, eventually, service
 from tests.fakes.openai_server import delay, text
@@ -70,7 +70,7 @@ async def test_a_user_over_the_limit_gets_a_polite_reply_and_no_run(tmp_path, fa
         svc.admission = Admission(UserRateLimit(svc.store, 2), RunSlots(4))
         replies = [await ask(svc, f"question {n}", thread=f"t{n}") for n in range(3)]
         bobs = await ask(svc, "my question", BOB, thread="b")
-        runs = await svc.store.list_runs()
+        runs = await svc.store.runs.recent()
     refused = replies[2]
     assert [r.refused for r in replies] == [None, None, "rate_limited"] and bobs.refused is None
     assert isinstance(refused.outcome, Answer) and "2 questions in the last minute" in refused.outcome.text
@@ -83,7 +83,7 @@ async def test_asking_for_a_human_counts_towards_the_limit_too(tmp_path, fake_op
     async with service(tmp_path, fake_openai, NoPassages()) as svc:
         svc.admission = Admission(UserRateLimit(svc.store, 2), RunSlots(4))
         replies = [await ask(svc, "I want to talk to a human", thread=f"t{n}") for n in range(4)]
-        cases = await svc.store.list_handoffs()
+        cases = await svc.store.cases.recent()
     assert [r.refused for r in replies] == [None, None, "rate_limited", "rate_limited"]
     assert len(cases) == 2  # each case goes to every helpdesk destination: no flooding them
 
@@ -96,7 +96,7 @@ async def test_when_every_run_slot_is_taken_the_next_person_hears_so(tmp_path, f
         await eventually(lambda: fake_openai.requests)
         busy = await ask(svc, "me too", BOB, thread="b")
         assert (await slow).refused is None
-        runs = await svc.store.list_runs()
+        runs = await svc.store.runs.recent()
     assert busy.refused == "busy" and busy.outcome.text == BUSY_TEXT
     assert [run.question for run in runs] == ["a slow one"]  # the refusal left no run behind
 
@@ -109,7 +109,7 @@ async def test_a_message_waiting_for_a_slot_is_already_recorded_so_a_crash_canno
         await eventually(lambda: fake_openai.requests)
         waiting = asyncio.create_task(ask(svc, "me too", BOB, thread="b"))
         for _ in range(500):
-            if len(running := await svc.store.running_runs()) == 2:
+            if len(running := await svc.store.runs.unfinished()) == 2:
                 break
             await asyncio.sleep(0.01)
         assert len(fake_openai.requests) == 1  # Bob's run waits for the slot, yet a sweeper can see it

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bot.runtime.readiness import Readiness
+from bot.runtime import Readiness
 
 pytestmark = pytest.mark.asyncio
 

@@ -13,14 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from bot.delivery.notify import Notice, Notifiers
-from bot.helpdesk.cases import Helpdesk
+from bot.delivery import Notice, Notifiers
+from bot.helpdesk import Helpdesk
 from bot.pending import PendingActions
-from bot.runtime.process import THIS_PROCESS, ProcessId
-from bot.runtime.sweeper import Sweeper
-from bot.store.columns import utcnow
-from bot.store.records import PendingRecord, Place
-from bot.store.store import Store
+from bot.runtime import THIS_PROCESS, ProcessId, Sweeper
+from bot.store import PendingRecord, Place, Store, utcnow
 from bot.types import GaveUp, TerminationReason, UserRef
 from bot.wiring import sweep_policy
 from tests.bot.helpers import ask, eventually, left_executing_by_a_crash, service, settings_for
@@ -81,8 +78,8 @@ def sweeper(svc: Any, notifier: RecordingNotifier, **kwargs: Any) -> Sweeper:
 
 
 async def start_run(store: Store, run_id: str, owner: ProcessId | str) -> None:
-    await store.remember_place(PLACE)
-    await store.start_run(run_id, KEY, "slack", "U_ALICE", "Can I work abroad?", "gpt-4o-mini", str(owner))
+    await store.threads.remember_place(PLACE)
+    await store.runs.start(run_id, KEY, "slack", "U_ALICE", "Can I work abroad?", "gpt-4o-mini", str(owner))
 
 
 async def test_a_run_whose_process_died_is_handed_off_and_its_user_told_exactly_once(tmp_path, fake_openai):
@@ -92,9 +89,9 @@ async def test_a_run_whose_process_died_is_handed_off_and_its_user_told_exactly_
         other_replica = replace(THIS_PROCESS, pid=os.getppid(), boot="other")  # alive, same host
         replicas = [sweeper(svc, notifier), sweeper(svc, notifier, me=other_replica)]
         reports = await asyncio.gather(*(replica.sweep_once() for replica in replicas))
-        run = await svc.store.get_run("run_dead")
-        (case,) = await svc.store.list_handoffs()
-        history = await svc.store.load_history(KEY)
+        run = await svc.store.runs.get("run_dead")
+        (case,) = await svc.store.cases.recent()
+        history = await svc.store.threads.load_history(KEY)
     assert sorted(len(r.recovered_runs) for r in reports) == [0, 1]
     ((place, notice),) = notifier.notices
     assert place == PLACE and notice.run_id == "run_dead" and notice.case_id == "HD-1001"
@@ -111,7 +108,7 @@ async def test_another_replicas_run_is_left_alone_until_its_heartbeat_goes_stale
     elsewhere = ProcessId("other-host", "4026531836", 7, "live")
     notifier = RecordingNotifier()
     async with service(tmp_path, fake_openai, NoPassages()) as svc:
-        await svc.store.heartbeat(str(elsewhere), utcnow())
+        await svc.store.workers.heartbeat(str(elsewhere), utcnow())
         await start_run(svc.store, "run_live", elsewhere)
         now = await sweeper(svc, notifier).sweep_once()
         later = await sweeper(svc, notifier, clock=lambda: utcnow() + timedelta(seconds=45)).sweep_once()
@@ -155,15 +152,15 @@ async def test_an_expired_card_is_updated_once_to_say_so(tmp_path, fake_openai):
 
 async def test_a_clean_stop_removes_the_heartbeat(database: Database):
     store = await database.open()
-    await store.heartbeat("host:1:2:abc", utcnow())
-    await store.forget_worker("host:1:2:abc")
-    assert await store.heartbeats() == {}
+    await store.workers.heartbeat("host:1:2:abc", utcnow())
+    await store.workers.forget("host:1:2:abc")
+    assert await store.workers.heartbeats() == {}
 
 
 async def test_only_one_replica_takes_over_a_dead_run(store: Store, second_store: Store):
-    await store.start_run("r1", KEY, "slack", "U1", "q", "m", "dead:1:2:x")
+    await store.runs.start("r1", KEY, "slack", "U1", "q", "m", "dead:1:2:x")
     won = await asyncio.gather(
-        store.take_over_run("r1", "dead:1:2:x", "a:1:3:y"), second_store.take_over_run("r1", "dead:1:2:x", "b:1:4:z")
+        store.runs.take_over("r1", "dead:1:2:x", "a:1:3:y"), second_store.runs.take_over("r1", "dead:1:2:x", "b:1:4:z")
     )
     assert sorted(won) == [False, True]
 
@@ -177,7 +174,7 @@ async def test_shutdown_lets_quick_runs_finish_and_slow_ones_give_up_with_a_case
         await eventually(lambda: len(fake_openai.requests) == 2)
         cancelled = await svc.inflight.drain(grace_s=1.0)
         quick_reply, slow_reply = await quick, await slow
-        (case,) = await svc.store.list_handoffs()
+        (case,) = await svc.store.cases.recent()
     assert cancelled == 1 and quick_reply.reason == TerminationReason.ANSWERED
     assert slow_reply.reason == TerminationReason.CANCELLED and isinstance(slow_reply.outcome, GaveUp)
     assert slow_reply.outcome.case_id == "HD-1001" and case.run_id == slow_reply.run_id
@@ -216,10 +213,10 @@ async def test_an_action_whose_case_failed_to_open_is_handed_off_and_told_once_o
         passes = Sweeper(restarted, notifiers)
         cut_short = await passes.sweep_once()  # the first action's case fails; it is unknown all the same
         minutes_later = utcnow() - timedelta(minutes=2)  # as if the next passes ran minutes later
-        await restarted.store.update_pending(first.id, finished_at=minutes_later)
+        await restarted.store.pending.update(first.id, finished_at=minutes_later)
         retried, after = await passes.sweep_once(), await passes.sweep_once()
         record = await restarted.pending.get(first.id)
-        cases = await restarted.store.list_handoffs()
+        cases = await restarted.store.cases.recent()
     assert cut_short.unknown_actions == [second.id] and record.state == "unknown"
     assert retried.unknown_actions == [first.id] and after.unknown_actions == []
     assert [notice.case_id for _, notice in notifier.notices] == ["HD-1001", "HD-1002"]
@@ -232,11 +229,11 @@ async def test_only_one_replica_retries_an_unknown_action_left_without_a_case(st
         arguments={"summary": "VPN"}, text="Confirm?", run_state={},
     )  # fmt: skip
     marked = utcnow() - timedelta(minutes=5)  # by a pass that died before it opened the case
-    assert await store.transition(action.id, ("open",), "unknown", decided_at=marked, finished_at=marked)
+    assert await store.pending.transition(action.id, ("open",), "unknown", decided_at=marked, finished_at=marked)
     now = utcnow()
     claims = await asyncio.gather(
-        store.claim_caseless_unknown(now - timedelta(minutes=1), now),
-        second_store.claim_caseless_unknown(now - timedelta(minutes=1), now),
+        store.pending.claim_caseless_unknown(now - timedelta(minutes=1), now),
+        second_store.pending.claim_caseless_unknown(now - timedelta(minutes=1), now),
     )
     await Helpdesk(store).open_case(
         origin=f"action:{action.id}", reason="action_unknown", user=UserRef("U_ALICE"), conversation_key=KEY,
@@ -244,7 +241,7 @@ async def test_only_one_replica_retries_an_unknown_action_left_without_a_case(st
     )  # fmt: skip
     much_later = utcnow() + timedelta(hours=1)
     assert sorted(len(claimed) for claimed in claims) == [0, 1]
-    assert await store.claim_caseless_unknown(much_later, much_later) == []
+    assert await store.pending.claim_caseless_unknown(much_later, much_later) == []
 
 
 async def test_a_run_of_ours_that_waited_long_for_a_slot_is_not_taken_for_dead(tmp_path, fake_openai):

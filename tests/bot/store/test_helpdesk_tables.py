@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.helpdesk.cases import Helpdesk, case_number
+from bot.helpdesk import Helpdesk, case_number
 from bot.pending import PendingActions
-from bot.store.records import Place
-from bot.store.store import Store
+from bot.store import Place, Store
 from bot.types import UserRef
 
 KEY = "teams:tenant-1:19:general@thread.tacv2;messageid=1700001:1700001"
@@ -16,18 +15,18 @@ ALICE = UserRef("aad-alice", "Alice", "alice@example.com")
 
 async def test_the_first_place_of_a_conversation_wins(store: Store) -> None:
     first = Place(KEY, "teams", "tenant-1", "19:general@thread.tacv2", "1700001", "https://teams.example/l/1")
-    await store.remember_place(first)
-    await store.remember_place(Place(KEY, "teams", "tenant-1", "other", "2", None))
-    assert await store.get_place(KEY) == first
-    assert await store.get_place("slack:T:C:1") is None
+    await store.threads.remember_place(first)
+    await store.threads.remember_place(Place(KEY, "teams", "tenant-1", "other", "2", None))
+    assert await store.threads.get_place(KEY) == first
+    assert await store.threads.get_place("slack:T:C:1") is None
 
 
 async def test_a_case_reads_where_the_conversation_lives_and_its_runs_in_order(store: Store) -> None:
-    await store.remember_place(Place(KEY, "teams", "tenant-1", "19:general@thread.tacv2", "1700001", "https://l/1"))
+    await store.threads.remember_place(Place(KEY, "teams", "tenant-1", "19:general@thread.tacv2", "1700001", "https://l/1"))
     for n in range(3):
-        await store.start_run(f"run_{n}", KEY, "teams", ALICE.id, f"question {n}", "gpt-4o-mini", "host:1")
+        await store.runs.start(f"run_{n}", KEY, "teams", ALICE.id, f"question {n}", "gpt-4o-mini", "host:1")
         trace = [{"kind": "model", "name": "gpt-4o-mini", "text": f"answer {n}"}]
-        await store.finish_run(
+        await store.runs.finish(
             f"run_{n}",
             reason="answered",
             steps=1,
@@ -65,8 +64,8 @@ async def test_two_processes_opening_the_same_case_get_one_case_and_one_outbox_r
 
     cases = await asyncio.gather(*(open_on(store if n % 2 else second_store) for n in range(6)))
     (case_id,) = {c.case_id for c in cases}  # one case; its number may skip one a loser drew on PostgreSQL
-    assert len(await store.deliveries([case_number(case_id)])) == 1
-    assert len(await store.list_handoffs()) == 1
+    assert len(await store.cases.deliveries([case_number(case_id)])) == 1
+    assert len(await store.cases.recent()) == 1
 
 
 async def test_a_case_about_an_action_keeps_that_action_in_a_long_conversation(store: Store) -> None:

@@ -13,9 +13,7 @@ from sqlalchemy import JSON, Integer, String, column, select, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from bot.store import migrate
-from bot.store.columns import UtcDateTime, utcnow
-from bot.store.store import Store
+from bot.store import Store, UtcDateTime, migrate, utcnow
 from bot.store.tables import Base
 from tests.databases import Database
 
@@ -160,8 +158,8 @@ async def test_thread_history_moves_to_appended_entries_and_back(database: Datab
         async with engine.begin() as conn:
             await conn.execute(_CONVERSATIONS.insert().values(key=key, messages=before, updated_at=utcnow()))
         store = await database.open()  # upgrades to head
-        upgraded = await store.load_history(key)
-        await store.append_history(key, later)
+        upgraded = await store.threads.load_history(key)
+        await store.threads.append_history(key, later)
         await _run(engine, _down_to("0002_serve"))
         async with engine.connect() as conn:
             folded = (await conn.execute(select(_CONVERSATIONS.c.messages))).scalars().all()
@@ -195,7 +193,7 @@ async def test_outbox_rows_written_before_delivery_keys_each_get_their_own(datab
         async with engine.begin() as conn:
             await conn.execute(_DELIVERIES.insert(), rows)
         store = await database.open()  # upgrades to head
-        keys = [row.idempotency_key for row in await store.deliveries([1])]
+        keys = [row.idempotency_key for row in await store.cases.deliveries([1])]
         await _run(engine, _down_to("0003_history_entries"))
         async with engine.connect() as conn:
             left = (await conn.execute(select(_DELIVERIES.c.destination))).scalars().all()

@@ -6,10 +6,17 @@ import base64
 
 import pytest
 
-from bot.config import ConfigError, Settings
-from bot.delivery.http_json import SIGNATURE_HEADER, HttpPolicy
-from bot.tickets.base import LocalTickets, TicketError, TicketRequest
-from bot.tickets.remote import JiraServiceDesk, ServiceNowIncidents, WebhookTickets, build_ticket_backend
+from bot.config import Settings
+from bot.delivery import SIGNATURE_HEADER, HttpPolicy
+from bot.errors import ConfigError, TicketError
+from bot.tickets import (
+    JiraServiceDesk,
+    LocalTickets,
+    ServiceNowIncidents,
+    TicketRequest,
+    WebhookTickets,
+    build_ticket_backend,
+)
 from bot.types import UserRef
 from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow, FakeWebhook, slow, stall, status
 
@@ -268,7 +275,7 @@ async def test_local_tickets_have_readable_ids_and_one_ticket_per_key(store):
     again = await local.create(request("key-1"))
     second = await local.create(request("key-2"))
     assert (first.id, again.id, second.id) == ("IT-1001", "IT-1001", "IT-1002")
-    assert await store.count_tickets() == 2
+    assert await store.tickets.count() == 2
 
 
 async def test_an_incomplete_backend_configuration_is_refused_at_start(store):

@@ -1,8 +1,8 @@
-"""Helpdesk handoff: when PolicyPal cannot finish, a human gets the case with its whole transcript.
+"""Opening a case: the conversation read from the store, redacted and bounded, stored with its outbox rows.
 
 A case is opened on every give-up, on a confirmed ticket the backend refused, and when a user asks
 for a human. It is written to the store, with one outbox row per configured destination, before the
-user is told its id; ``bot.outbox`` delivers it from there (Slack channel, Teams channel, webhook,
+user is told its id; ``bot.helpdesk.outbox`` delivers it from there (Slack channel, Teams channel, webhook,
 email), so nothing is lost when a destination or the process is down.
 
 A case holds who asked, where (with a link back to the thread), the question, every step of every
@@ -16,152 +16,16 @@ import json
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-from bot.agent.budget import Budgets
-from bot.helpdesk.markdown import (
-    ACTION_UNKNOWN,
-    CARD_NOT_SHOWN,
-    TICKET_FAILED,
-    USER_REQUEST,
-    case_markdown,
-    reason_label,
-)
+from bot.agent import Budgets
+from bot.helpdesk.case import DEFAULT_REPLY_WITHIN, TRANSCRIPT_VERSION, HandoffCase
 from bot.redaction import Redactor, bounded
-from bot.store.records import HandoffRecord, PendingRecord, Place, RunRow
-from bot.store.store import Store
-from bot.types import TerminationReason, UserRef
+from bot.store import PendingRecord, Place, RunRow, Store
+from bot.types import UserRef
 
 log = logging.getLogger(__name__)
-
-CASE_PREFIX = "HD"
-CASE_OFFSET = 1000  # HD-1001 is the first case, like IT-1001 for local tickets
-DEFAULT_REPLY_WITHIN = "one working day"
-TRANSCRIPT_VERSION = 1
-THREADED_PLATFORMS = ("slack", "teams")
-
-_OPENINGS = {
-    TerminationReason.POLICY_DENIED.value: "I'm not allowed to do that for you.",
-    TerminationReason.CANCELLED.value: "This request was stopped before it finished.",
-    TICKET_FAILED: "I couldn't create the ticket.",
-    ACTION_UNKNOWN: "I couldn't tell whether your confirmed request went through.",
-    CARD_NOT_SHOWN: "I couldn't show you the confirmation for that request, so nothing was done.",
-    USER_REQUEST: "Sure.",
-}
-_DEFAULT_OPENING = "I couldn't finish this reliably."
-_CASE_ID = re.compile(rf"^{CASE_PREFIX}-(\d+)$", re.I)
-
-
-def case_id_for(number: int) -> str:
-    return f"{CASE_PREFIX}-{number + CASE_OFFSET}"
-
-
-def case_number(case_id: str) -> int | None:
-    """The stored number behind ``HD-1001``; None for anything that is not a case id."""
-    match = _CASE_ID.match(case_id.strip())
-    return int(match.group(1)) - CASE_OFFSET if match else None
-
-
-@dataclass(frozen=True)
-class HandoffCase:
-    """One helpdesk case as stored; destinations render it, the user is told ``message``."""
-
-    case_id: str
-    created_at: datetime
-    reason: str  # a TerminationReason value, "user_request", "ticket_failed" or "action_unknown"
-    user: UserRef
-    platform: str
-    channel: str
-    thread: str
-    link: str | None
-    question: str
-    transcript: dict[str, Any] = field(default_factory=dict)
-    conversation_key: str = ""
-    tenant: str = ""
-    run_id: str | None = None
-    reply_within: str = DEFAULT_REPLY_WITHIN
-
-    @classmethod
-    def from_record(cls, record: HandoffRecord) -> HandoffCase:
-        return cls(
-            case_id=case_id_for(record.number),
-            created_at=record.created_at,
-            reason=record.reason,
-            user=UserRef(record.user_id, record.user_name, record.user_email),
-            platform=record.platform,
-            channel=record.channel,
-            thread=record.thread,
-            link=record.link,
-            question=record.question,
-            transcript=record.transcript,
-            conversation_key=record.conversation_key,
-            tenant=record.tenant,
-            run_id=record.run_id,
-            reply_within=record.reply_within or DEFAULT_REPLY_WITHIN,
-        )
-
-    @property
-    def message(self) -> str:
-        """The sentence the user reads: the case id and what happens next."""
-        if self.platform in THREADED_PLATFORMS:
-            how = "reply in this thread"
-        elif self.user.email:
-            how = f"reply by email to {self.user.email}"
-        else:
-            how = "get back to you"
-        case = f"I've passed this to the helpdesk as case {self.case_id}"
-        return f"{case}; someone will {how} within {self.reply_within}."
-
-    def user_reply(self) -> str:
-        """The honest reply for the user: what went wrong, in one sentence, then ``message``."""
-        return f"{_OPENINGS.get(self.reason, _DEFAULT_OPENING)} {self.message}"
-
-    def who(self) -> str:
-        contact = ", ".join(part for part in (self.user.id, self.user.email) if part)
-        return f"{self.user.name or self.user.id} ({contact})"
-
-    def question_line(self, limit: int = 140) -> str:
-        line = " ".join(self.question.split())
-        return line if len(line) <= limit else line[: limit - 1] + "…"
-
-    def summary_line(self) -> str:
-        """User, question in one line, reason and the link back: what a channel or subject line shows."""
-        where = self.link or f"{self.platform} {self.channel}".strip()
-        return f"{self.case_id} · {self.who()} · {reason_label(self.reason)} · “{self.question_line()}” · {where}"
-
-    def to_json(self) -> dict[str, Any]:
-        """The case for machines (webhook body, ``policypal handoffs ID --json``)."""
-        return {
-            "case_id": self.case_id,
-            "created_at": self.created_at.isoformat(),
-            "reason": self.reason,
-            "reason_label": reason_label(self.reason),
-            "user": {"id": self.user.id, "name": self.user.name, "email": self.user.email},
-            "platform": self.platform,
-            "tenant": self.tenant,
-            "channel": self.channel,
-            "thread": self.thread,
-            "link": self.link,
-            "conversation_key": self.conversation_key,
-            "run_id": self.run_id,
-            "question": self.question,
-            "summary": self.summary_line(),
-            "transcript": self.transcript,
-        }
-
-    def to_markdown(self) -> str:
-        """The case for people: header facts, budgets, then every run step by step."""
-        return case_markdown(self)
-
-
-class Destination(Protocol):
-    """Somewhere a case is delivered; ``deliver`` returns an external reference or raises."""
-
-    name: str
-
-    async def deliver(self, case: HandoffCase) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -209,9 +73,9 @@ class Helpdesk:
         detail: str | None = None,
     ) -> HandoffCase:
         """Write a case (once per ``origin``) before anyone is told its id, and return it."""
-        place = await self._store.get_place(conversation_key) or place_from_key(conversation_key)
-        runs = await self._store.conversation_runs(conversation_key, self._limits.max_runs)
-        actions = await self._store.conversation_actions(conversation_key)
+        place = await self._store.threads.get_place(conversation_key) or Place.from_key(conversation_key)
+        runs = await self._store.runs.of_conversation(conversation_key, self._limits.max_runs)
+        actions = await self._store.pending.of_conversation(conversation_key)
         transcript = self._transcript(runs, actions, run_id, reason, detail)
         fields = {
             "reason": reason,
@@ -229,7 +93,7 @@ class Helpdesk:
             "reply_within": self._reply_within,
             "transcript": self.redactor.value(transcript),
         }
-        record, created = await self._store.create_handoff(origin, fields, self.destinations)
+        record, created = await self._store.cases.create(origin, fields, self.destinations)
         case = HandoffCase.from_record(record)
         if created:
             log.info("handoff %s opened (%s) for %s", case.case_id, reason, user.id)
@@ -284,13 +148,6 @@ class Helpdesk:
             "created_at": action.created_at.isoformat(),
             "result": bounded(result, self._limits.result_chars) if result else None,
         }
-
-
-def place_from_key(key: str) -> Place:
-    """Best effort for conversations older than ``thread_places``: the platform is the key's first part."""
-    platform, _, rest = key.partition(":")
-    tenant, _, rest = rest.partition(":")
-    return Place(key=key, platform=platform, tenant=tenant, channel=rest, thread="", link=None)
 
 
 def _limits(budgets: Budgets) -> dict[str, Any]:

@@ -1,0 +1,174 @@
+"""Runs and the processes that run them: a run is recorded before it starts, so a dead process's runs
+are found (by heartbeat) and taken over by exactly one replica.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from bot.store.columns import utcnow
+from bot.store.engine import Repository
+from bot.store.records import (
+    RunRow,
+    to_run_row,
+)
+from bot.store.tables import (
+    Run,
+    Worker,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Runs(Repository):
+    """Runs: recorded as running before they start, finished with their totals and trace."""
+
+    async def start(
+        self,
+        run_id: str,
+        conversation_key: str,
+        platform: str,
+        user_id: str,
+        question: str,
+        model: str,
+        owner: str,
+    ) -> None:
+        """Record a run as running, so a crash leaves a trace a sweeper can find."""
+        row = {
+            "id": run_id,
+            "conversation_key": conversation_key,
+            "platform": platform,
+            "user_id": user_id,
+            "question": question,
+            "status": "running",
+            "started_at": utcnow(),
+            "model": model,
+            "trace": [],
+            "owner": owner,
+        }
+        async with self._engine.begin() as conn:
+            await conn.execute(insert(Run).values(row))
+
+    async def discard(self, run_id: str) -> None:
+        """Forget a run recorded as running that never started (refused while it waited for a slot)."""
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(Run).where(Run.id == run_id, Run.status == "running"))
+
+    async def finish(
+        self,
+        run_id: str,
+        *,
+        reason: str,
+        steps: int,
+        input_tokens: int,
+        output_tokens: int,
+        cost_usd: float,
+        latency_ms: float,
+        trace: list[dict[str, Any]],
+    ) -> None:
+        """Store a run's totals and trace in one UPDATE (it sits on every reply's path)."""
+        stmt = (
+            update(Run)
+            .where(Run.id == run_id)
+            .values(
+                status="finished",
+                reason=str(reason),
+                finished_at=utcnow(),
+                steps=steps,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cost_usd=cost_usd,
+                latency_ms=latency_ms,
+                trace=trace,
+            )
+        )
+        async with self._engine.begin() as conn:
+            if (await conn.execute(stmt)).rowcount != 1:
+                log.warning("finish_run: no run %s to finish", run_id)
+
+    async def get(self, run_id: str) -> RunRow | None:
+        """One run with its trace, for the CLI and feedback."""
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(Run.__table__).where(Run.id == run_id))).first()
+        return to_run_row(row) if row else None
+
+    async def recent(self, limit: int = 20) -> list[RunRow]:
+        """The most recent runs, newest first."""
+        stmt = select(Run.__table__).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            return [to_run_row(row) for row in await conn.execute(stmt)]
+
+    async def set_feedback(self, run_id: str, value: str, user_id: str) -> bool:
+        """Attach a thumbs-up/down to a run; False when the run does not exist."""
+        stmt = update(Run).where(Run.id == run_id).values(feedback=value, feedback_by=user_id)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def unfinished(self, owner: str | None = None) -> list[RunRow]:
+        """Runs never finished (running, or taken over for recovery), optionally of one owner process."""
+        unfinished = Run.status.in_(("running", "recovering"))  # IN, not !=: the (status, owner) index serves it
+        stmt = select(Run.__table__).where(unfinished).order_by(Run.started_at)
+        if owner is not None:
+            stmt = stmt.where(Run.owner == owner)
+        async with self._engine.connect() as conn:
+            return [to_run_row(row) for row in await conn.execute(stmt)]
+
+    async def take_over(self, run_id: str, from_owner: str, to_owner: str) -> bool:
+        """Claim a dead process's unfinished run for recovery in one conditional UPDATE; True for the winner."""
+        stmt = (
+            update(Run)
+            .where(Run.id == run_id, Run.owner == from_owner, Run.status.in_(("running", "recovering")))
+            .values(status="recovering", owner=to_owner)
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def abandon(self, run_id: str, owner: str, reason: str) -> bool:
+        """Finish a run taken over for recovery with ``reason``; only its new owner may."""
+        stmt = (
+            update(Run)
+            .where(Run.id == run_id, Run.owner == owner, Run.status == "recovering")
+            .values(status="finished", reason=reason, finished_at=utcnow())
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def of_conversation(self, key: str, limit: int = 50) -> list[RunRow]:
+        """A conversation's runs, oldest first (the last ``limit``)."""
+        stmt = select(Run.__table__).where(Run.conversation_key == key)
+        stmt = stmt.order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            rows = [to_run_row(row) for row in await conn.execute(stmt)]
+        return rows[::-1]
+
+
+class Workers(Repository):
+    """Processes' heartbeats: how the sweeper tells a dead replica from a slow one."""
+
+    async def heartbeat(self, owner: str, started_at: datetime) -> None:
+        """Say this process is alive (one upsert): the sweeper tells dead runs from slow ones by it."""
+        now = utcnow()
+        stmt = self._insert(Worker).values(owner=owner, started_at=started_at, heartbeat_at=now)
+        stmt = stmt.on_conflict_do_update(index_elements=["owner"], set_={"heartbeat_at": now})
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt)
+
+    async def forget(self, owner: str) -> None:
+        """A process that stopped cleanly removes its heartbeat."""
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(Worker).where(Worker.owner == owner))
+
+    async def heartbeats(self) -> dict[str, datetime]:
+        """Every known process and its last heartbeat."""
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(select(Worker.owner, Worker.heartbeat_at))
+            return {row.owner: row.heartbeat_at for row in rows}
+
+    async def prune(self, before: datetime) -> int:
+        """Forget processes silent since ``before`` (their runs are recovered by then)."""
+        async with self._engine.begin() as conn:
+            return (await conn.execute(delete(Worker).where(Worker.heartbeat_at < before))).rowcount

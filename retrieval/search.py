@@ -1,0 +1,199 @@
+"""Hybrid search: dense and BM25 rankings fused into passages, or none below the relevance floor.
+
+Search asks the engine for the dense and the BM25 rankings in one call, fuses them by normalised
+score (retrieval.fusion; Passage.score is that fused score, 0-1) and fetches the winners' payloads.
+Fused scores are relative to the query's own candidates, so the relevance floor reads raw signals
+instead: the best dense cosine against the query's background similarity to the corpus, and the
+BM25 term strength.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from retrieval.backends import Hit
+from retrieval.config import MAX_K
+from retrieval.context import IndexContext
+from retrieval.errors import UnknownSectionError
+from retrieval.fusion import CANDIDATES, fuse
+from retrieval.types import Passage, SearchFilter
+
+BACKGROUND_FROM = 10  # dense ranks past this one are the query's background similarity
+BACKGROUND_TO = 50  # ... up to this one
+CORPUS_SIZE_TTL_S = 60.0
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """One hybrid search before the relevance floor: the fused passages and what the floor reads."""
+
+    fused: list[Hit]  # the top k, best first, with whole payloads
+    dense: list[Hit]  # the dense retriever's own top CANDIDATES (payload: doc_id and heading)
+    sparse: list[Hit]  # the BM25 retriever's own top CANDIDATES
+    query_terms: int  # distinct BM25 terms in the query (stopwords dropped)
+    corpus_size: int  # indexed chunks, which bounds any term's IDF
+
+    @property
+    def best_dense(self) -> float:
+        return self.dense[0].score if self.dense else 0.0
+
+    @property
+    def dense_contrast(self) -> float:
+        """How far the best passage stands above the query's background similarity to the corpus.
+
+        The background is the mean cosine of dense ranks 11-50: big handbooks resemble any HR-ish
+        question at 0.4-0.5, so the absolute cosine alone cannot tell "answered" from "on topic".
+        """
+        scores = [hit.score for hit in self.dense]
+        background = scores[BACKGROUND_FROM:BACKGROUND_TO] or scores[1:]
+        return self.best_dense - sum(background) / len(background) if background else 0.0
+
+    @property
+    def term_strength(self) -> float:
+        """Best BM25 score over the most a passage could score if every query term were unique to it.
+
+        Near 1 when rare query terms (a policy number, an error code) all occur in one passage.
+        """
+        if not self.sparse or not self.query_terms or self.corpus_size < 2:
+            return 0.0
+        rarest_idf = math.log(1 + (self.corpus_size - 0.5) / 1.5)  # Qdrant's IDF of a term in one point
+        return self.sparse[0].score / (self.query_terms * rarest_idf)
+
+
+@dataclass(frozen=True)
+class RelevanceFloor:
+    """Below it a search returns nothing, so the agent can say the policy does not cover the question.
+
+    Fused scores are relative to the query's own candidates, so the floor reads raw signals. A
+    passage is relevant enough when its dense cosine is at least ``min_dense`` and, with
+    ``contrast_weight`` times its contrast to the corpus background added, reaches
+    ``min_relevance``; or when the BM25 term strength reaches ``min_terms`` (exact identifiers the
+    dense model misses). Tuned with benchmarks/retrieval.py on examples/questions.jsonl and the 18F
+    and Sourcegraph handbook labels: unanswerable questions refused 67% / 83% / 75%, answerable
+    ones kept 97% / 98% / 92%.
+    """
+
+    min_dense: float = 0.36
+    contrast_weight: float = 5.0
+    min_relevance: float = 1.17
+    min_terms: float = 0.65
+
+    def relevance(self, retrieval: Retrieval) -> float:
+        return retrieval.best_dense + self.contrast_weight * retrieval.dense_contrast
+
+    def admits(self, retrieval: Retrieval) -> bool:
+        if len(retrieval.dense) < 2:  # one passage indexed (or allowed by the filter): no background to read
+            return retrieval.best_dense >= self.min_dense or retrieval.term_strength >= self.min_terms
+        dense = retrieval.best_dense >= self.min_dense and self.relevance(retrieval) >= self.min_relevance
+        return dense or retrieval.term_strength >= self.min_terms
+
+
+class Searcher:
+    """The reading side of a PolicyIndex: safe from any thread, since every backend call holds the lock.
+
+    The corpus size (for the floor) and the sections are cached for a minute, as another process
+    may index meanwhile; ``forget`` drops them when this process changed the index.
+    """
+
+    def __init__(self, context: IndexContext, floor: RelevanceFloor) -> None:
+        self.floor = floor
+        self._context = context
+        self._size_cache: tuple[float, int] | None = None
+        self._sections_cache: tuple[float, list[str]] | None = None
+
+    def forget(self) -> None:
+        """Drop what is cached about the corpus: this process just changed it."""
+        self._size_cache = self._sections_cache = None
+
+    def search(self, query: str, k: int | None = None, filter: SearchFilter | None = None) -> list[Passage]:
+        """Top passages for a question, or [] when nothing clears the relevance floor."""
+        k = self._context.cfg.top_k if k is None else k
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be between 1 and {MAX_K}, not {k}")
+        if not query.strip():
+            return []
+        filter = self._known_section(filter)
+        retrieval = self.retrieve(query, k=k, filter=filter)
+        if not self.floor.admits(retrieval):
+            return []
+        return [passage(hit.score, hit.payload, self._context.cfg.snippet_chars) for hit in retrieval.fused]
+
+    def retrieve(self, query: str, *, k: int, filter: SearchFilter | None = None) -> Retrieval:
+        """The fused top k and the floor's signals, before the floor (search() applies it)."""
+        context = self._context
+        vectors = context.embedder.embed_query(query)
+        with context.lock:
+            rankings = context.backend.rankings(vectors, candidates=max(k, CANDIDATES), search_filter=filter)
+            top = fuse(rankings.dense, rankings.sparse, limit=k)
+            payloads = context.backend.payloads([hit.id for hit in top])
+        return Retrieval(
+            fused=[Hit(hit.id, hit.score, payloads[hit.id]) for hit in top if hit.id in payloads],
+            dense=rankings.dense,
+            sparse=rankings.sparse,
+            query_terms=len(vectors.sparse_indices),
+            corpus_size=self._corpus_size(),
+        )
+
+    def sections(self) -> list[str]:
+        """The sections documents declare, sorted; refreshed now and then (another process may index)."""
+        now = time.monotonic()
+        if self._sections_cache is None or now - self._sections_cache[0] > CORPUS_SIZE_TTL_S:
+            found = sorted({doc.section for doc in self._context.stored_docs().values() if doc.section})
+            self._sections_cache = (now, found)
+        return self._sections_cache[1]
+
+    def _known_section(self, filter: SearchFilter | None) -> SearchFilter | None:
+        """The filter with its section spelled as the index spells it ("it" finds "IT"), or an error."""
+        if filter is None or not filter.section:
+            return filter
+        known = self.sections()
+        if filter.section in known:
+            return filter
+        same = [section for section in known if section.casefold() == filter.section.casefold()]
+        if not same:
+            raise UnknownSectionError(filter.section, known)
+        return replace(filter, section=same[0])
+
+    def _corpus_size(self) -> int:
+        """Chunk count for the floor's IDF bound, refreshed now and then (another process may index)."""
+        now = time.monotonic()
+        if self._size_cache is None or now - self._size_cache[0] > CORPUS_SIZE_TTL_S:
+            with self._context.lock:
+                self._size_cache = (now, self._context.backend.count())
+        return self._size_cache[1]
+
+
+def passage(score: float, payload: dict[str, Any], snippet_chars: int) -> Passage:
+    """A stored point as the agent and the CLI see it, its text cut to snippet_chars."""
+    return Passage(
+        score=score,
+        doc_id=str(payload.get("doc_id", "")),
+        title=str(payload.get("title", "")),
+        heading=str(payload.get("heading", "")),
+        source=str(payload.get("source", "")),
+        text=snippet(_body(payload), snippet_chars),
+        section=payload.get("section"),
+    )
+
+
+def snippet(text: str, limit: int) -> str:
+    """Text cut to at most limit characters, at a word boundary where one is near."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def _body(payload: dict[str, Any]) -> str:
+    """Chunk text without its leading heading-path line (the passage carries the heading itself)."""
+    text = str(payload.get("text", ""))
+    head, _blank, body = text.partition("\n\n")
+    path = [str(part) for part in payload.get("heading_path") or []]
+    is_heading = bool(path) and (head == " > ".join(path) or path[-1].startswith(head))
+    return body.strip() if body and is_heading else text.strip()
