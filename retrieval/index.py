@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from retrieval.backends import IndexBackend, IndexMeta, StoredDoc, open_backend
+from retrieval.backends import IndexBackend, IndexMeta, open_backend
 from retrieval.config import RetrievalConfig
 from retrieval.context import IndexContext
 from retrieval.embedding import SPARSE_MODEL, Embedder
@@ -117,21 +117,13 @@ class PolicyIndex:
         return self._indexer.remove_roots(paths)
 
     def index_documents(
-        self,
-        documents: Sequence[Document],
-        *,
-        root: str,
-        protected: frozenset[str] = frozenset(),
-        progress: bool = False,
-        stored: dict[str, StoredDoc] | None = None,
-        protected_files: frozenset[str] = frozenset(),
-        removes: bool = True,
+        self, documents: Sequence[Document], *, root: str, protected: frozenset[str] = frozenset()
     ) -> IndexReport:
-        """Bring the index in line with these documents from one root: add, replace, remove, skip."""
-        return self._indexer.index_documents(
-            documents, root=root, protected=protected, progress=progress, stored=stored,
-            protected_files=protected_files, removes=removes,
-        )
+        """Bring the index in line with these documents from one root: add, replace, remove, skip.
+
+        ``protected``: document ids to keep although absent (their files failed to load this time).
+        """
+        return self._indexer.index_documents(documents, root=root, protected=protected)
 
     # -- search (retrieval.search) --------------------------------------------------------------
 
