@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 
+from benchmarks.scratch import count_runs, scratch_database
 from tests.fakes.openai_server import FakeOpenAI, delay, text
 from tests.fakes.slack_api import FakeSlackAPI, dm_event, event_envelope, signed_headers
 
@@ -102,8 +103,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def server_env(data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI) -> dict[str, str]:
+def server_env(data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI, database_url: str | None) -> dict[str, str]:
+    database = {"POLICYPAL_DATABASE_URL": database_url} if database_url else {}
     return {
+        **database,
         **{k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "OPENAI_", "POLICYPAL_"))},
         "OPENAI_API_KEY": "sk-benchmark-000000",
         "OPENAI_BASE_URL": model.base_url,
@@ -117,11 +120,11 @@ def server_env(data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI) -> dict[s
 
 
 def start_server(
-    port: int, data_dir: Path, model: FakeOpenAI, slack: FakeSlackAPI, *, freeze_gc: bool, real_index: bool
+    port: int, env: dict[str, str], data_dir: Path, *, freeze_gc: bool, real_index: bool
 ) -> subprocess.Popen[bytes]:
     flags = [*([] if freeze_gc else ["--no-gc-freeze"]), *(["--real-index"] if real_index else [])]
     command = [sys.executable, __file__, "--serve", str(port), *flags]
-    return subprocess.Popen(command, env=server_env(data_dir, model, slack), cwd=data_dir)
+    return subprocess.Popen(command, env=env, cwd=data_dir)
 
 
 def policypal(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
@@ -150,14 +153,57 @@ def signed(envelope: dict[str, Any], retry: int | None) -> tuple[bytes, dict[str
     return body.encode(), signed_headers(SECRET, body, retry_num=retry)
 
 
-async def post_event(session: aiohttp.ClientSession, url: str, request: tuple[bytes, dict[str, str]]) -> float:
-    """One delivery; the seconds until Slack would have its ack."""
-    body, headers = request
+class Connection:
+    """One kept-alive HTTP/1.1 connection speaking just enough HTTP to time a request.
+
+    The sender shares this machine's two cores with the server; aiohttp's client costs about as much
+    CPU per request as the server's whole ack, so in a burst of 200 its own queueing showed up as
+    ack latency. Requests here are bytes prepared before the clock starts, and a response is read by
+    its Content-Length.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, url: str) -> Connection:
+        host, _, port = url.removeprefix("http://").partition(":")
+        return cls(*await asyncio.open_connection(host, int(port)))
+
+    async def exchange(self, request: bytes) -> int:
+        """Send one request and read its whole response; the status."""
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+        length = {k.strip().lower(): v.strip() for k, v in fields.items()}.get("content-length")
+        if length is None:
+            raise RuntimeError(f"a response without Content-Length: {lines[0]}")
+        await self.reader.readexactly(int(length))
+        return int(lines[0].split()[1])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def http_request(method: str, url: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:
+    host = url.removeprefix("http://")
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def timed(url: str, request: bytes, connection: Connection | None) -> float:
+    """One delivery; the seconds until Slack would have its ack (connection setup counted when cold)."""
     started = time.perf_counter()
-    async with session.post(url + "/slack/events", data=body, headers=headers) as response:
-        await response.read()
-        if response.status != 200:
-            raise RuntimeError(f"ack {response.status}")
+    own = connection or await Connection.open(url)
+    try:
+        status = await own.exchange(request)
+    finally:
+        if connection is None:
+            own.close()
+    if status != 200:
+        raise RuntimeError(f"ack {status}")
     return time.perf_counter() - started
 
 
@@ -181,37 +227,35 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def runs_in_database(data_dir: Path) -> int:
+async def runs_in_database(data_dir: Path, database_url: str | None) -> int:
+    if database_url:
+        return await count_runs(database_url)
     with sqlite3.connect(data_dir / "policypal.db") as db:
         return int(db.execute("select count(*) from runs").fetchone()[0])
 
 
-async def touch(session: aiohttp.ClientSession, url: str) -> None:
-    async with session.get(url + "/healthz") as response:
-        await response.read()
+async def burst(url: str, requests: list[bytes], *, warm: bool) -> list[float]:
+    """Every request at once, as a burst from Slack would arrive; on kept-alive connections when ``warm``."""
+    connections: list[Connection | None] = [None] * len(requests)
+    if warm:  # open the connections first, so connection setup is not counted as ack time
+        connections = list(await asyncio.gather(*(Connection.open(url) for _ in requests)))
+        healthz = http_request("GET", url, "/healthz")
+        await asyncio.gather(*(c.exchange(healthz) for c in connections if c is not None))
+    try:
+        return list(await asyncio.gather(*(timed(url, r, c) for r, c in zip(requests, connections, strict=True))))
+    finally:
+        for connection in connections:
+            if connection is not None:
+                connection.close()
 
 
-async def burst(url: str, events: list[dict[str, Any]], retry: int | None, *, warm: bool) -> list[float]:
-    """Every event at once, as a burst from Slack would arrive; on kept-alive connections when ``warm``."""
-    requests = [signed(e, retry) for e in events]
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        if warm:  # open the connections first, so connection setup is not counted as ack time
-            await asyncio.gather(*(touch(session, url) for _ in events))
-        return list(await asyncio.gather(*(post_event(session, url, r) for r in requests)))
-
-
-async def healthz_burst(url: str, count: int, *, warm: bool) -> list[float]:
-    """The same burst to /healthz, which does nothing: what the HTTP stack alone costs on this machine."""
-
-    async def timed(session: aiohttp.ClientSession) -> float:
-        started = time.perf_counter()
-        await touch(session, url)
-        return time.perf_counter() - started
-
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        if warm:
-            await asyncio.gather(*(touch(session, url) for _ in range(count)))
-        return list(await asyncio.gather(*(timed(session) for _ in range(count))))
+def event_requests(url: str, events: list[dict[str, Any]], retry: int | None) -> list[bytes]:
+    """Signed deliveries, built before the clock starts: signing is Slack's work, not the server's."""
+    requests = []
+    for envelope in events:
+        body, headers = signed(envelope, retry)
+        requests.append(http_request("POST", url, "/slack/events", body, headers))
+    return requests
 
 
 async def wait_replies(slack: FakeSlackAPI, count: int, timeout_s: float) -> None:
@@ -221,10 +265,10 @@ async def wait_replies(slack: FakeSlackAPI, count: int, timeout_s: float) -> Non
 
 async def send(args: argparse.Namespace) -> None:
     """The sender process: the burst, then the redeliveries; latencies as JSON on stdout."""
-    events = envelopes(args.events)
-    floor = await healthz_burst(args.send, args.events, warm=not args.cold)  # first, on an idle server
-    acks = await burst(args.send, events, None, warm=not args.cold)
-    again = await burst(args.send, events[: args.redeliver], 1, warm=not args.cold) if args.redeliver else []
+    url, events, warm = args.send, envelopes(args.events), not args.cold
+    floor = await burst(url, [http_request("GET", url, "/healthz")] * args.events, warm=warm)  # on an idle server
+    acks = await burst(url, event_requests(url, events, None), warm=warm)
+    again = await burst(url, event_requests(url, events[: args.redeliver], 1), warm=warm) if args.redeliver else []
     print(json.dumps({"acks": acks, "redelivered": again, "healthz": floor}))
 
 
@@ -246,23 +290,31 @@ def run_sender(url: str, args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 async def run(args: argparse.Namespace) -> int:
+    if not args.postgres:
+        return await run_on(args, None)
+    async with scratch_database(args.postgres) as url:
+        return await run_on(args, url)
+
+
+async def run_on(args: argparse.Namespace, database_url: str | None) -> int:
     model = FakeOpenAI.start_in_thread()
     model.script(*(delay(args.latency, text("Yes, for up to four weeks a year.")) for _ in range(args.events)))
     slack = FakeSlackAPI.start_in_thread()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir, port = Path(tmp), free_port()
         url = f"http://127.0.0.1:{port}"
-        env, indexing = server_env(data_dir, model, slack), None
+        env, indexing = server_env(data_dir, model, slack, database_url), None
         if args.index_during:
             built = policypal(["index", str(REPO / "examples" / "policies")], env, data_dir)
             if built.wait() != 0:
                 raise SystemExit(f"indexing the sample policies failed:\n{built.stderr.read() if built.stderr else ''}")
         real_index = bool(args.index_during)
-        server = start_server(port, data_dir, model, slack, freeze_gc=args.gc_freeze, real_index=real_index)
+        server = start_server(port, env, data_dir, freeze_gc=args.gc_freeze, real_index=real_index)
         try:
             async with aiohttp.ClientSession() as session:
                 await wait_healthy(session, url, server)
-                await post_event(session, url, signed({"type": "url_verification", "challenge": "warm"}, None))
+            (warm_up,) = event_requests(url, [{"type": "url_verification", "challenge": "warm"}], None)
+            await timed(url, warm_up, None)
             if args.index_during:
                 indexing = (time.monotonic(), policypal(["index", str(args.index_during)], env, data_dir))
                 await asyncio.sleep(INDEX_HEAD_START_S)  # the embedding model is busy by the time the burst comes
@@ -285,7 +337,7 @@ async def run(args: argparse.Namespace) -> int:
         finally:
             server.send_signal(signal.SIGINT)
             server.wait(timeout=60)
-            runs = runs_in_database(data_dir)
+            runs = await runs_in_database(data_dir, database_url)
             print(f"runs in the database:    {runs}")
             model.stop()
             slack.stop()
@@ -323,6 +375,8 @@ def report(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--postgres", metavar="URL", default=None,
+                        help="run the server on PostgreSQL (a scratch database is made beside URL's and dropped)")
     parser.add_argument("--latency", type=float, default=1.0, help="scripted model latency per run, seconds")
     parser.add_argument("--redeliver", type=int, default=200, help="events delivered a second time as retries")
     parser.add_argument("--cold", action="store_true", help="count TCP connection setup in the ack time")

@@ -6,7 +6,13 @@ the words, the date format and what a state is called live here, so a card reads
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.store import PendingRecord
 
 # How a later click describes the state the action is already in.
 _DECIDED_AS = {
@@ -38,3 +44,101 @@ def already_decided(state: str, decider: str, decided_at: datetime | None) -> st
 def expired(expires_at: datetime) -> str:
     """What an expired card and a click on it say: nothing was done, and what to do instead."""
     return f"This request expired at {when(expires_at)}. Nothing was done; ask again if you still need it."
+
+
+CARD_STATES = ("open", "working", "executing", "done", "failed", "unknown", "cancelled", "expired")
+
+
+@dataclass(frozen=True)
+class CardView:
+    """What a pending action's card shows now, on every surface: the frozen call, its state, who and when.
+
+    ``working`` is the moment after the requester's click, before the decision is stored (buttons gone
+    at once); every other state is the action's own. Buttons show only while the card is ``open``.
+    """
+
+    pending_id: str
+    args_hash: str
+    tool: str
+    text: str  # what the model said alongside the proposal
+    arguments: dict[str, Any]
+    requester: str
+    state: str
+    expires_at: datetime
+    decider: str | None = None
+    decided_at: datetime | None = None
+    result: dict[str, Any] | None = None
+    case_id: str | None = None
+    choice: str | None = None  # working: "confirm" or "cancel"
+
+    @property
+    def buttons(self) -> bool:
+        return self.state == "open"
+
+    @classmethod
+    def of(cls, record: PendingRecord, *, case_id: str | None = None) -> CardView:
+        """The card for an action as stored; ``case_id`` when a helpdesk case follows it up."""
+        result = record.result or {}
+        return cls(
+            pending_id=record.id,
+            args_hash=record.args_hash,
+            tool=record.tool,
+            text=record.text,
+            arguments=record.arguments,
+            requester=record.requester,
+            state=record.state,
+            expires_at=record.expires_at,
+            decider=record.decider,
+            decided_at=record.decided_at,
+            result=record.result,
+            case_id=case_id or result.get("case_id"),
+        )
+
+    def working(self, actor: str, at: datetime, choice: str) -> CardView:
+        """The card right after ``actor``'s click, while the decision is made."""
+        return replace(self, state="working", decider=actor, decided_at=at, choice=choice)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for name in ("expires_at", "decided_at"):
+            data[name] = data[name].isoformat() if data[name] else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CardView:
+        moments = {n: datetime.fromisoformat(data[n]) if data.get(n) else None for n in ("expires_at", "decided_at")}
+        return cls(**{**data, **moments})
+
+    def status(
+        self,
+        who: Callable[[str], str],
+        strong: Callable[[str], str] = str,
+        ticket: Callable[[str, str | None], str] | None = None,
+    ) -> str:
+        """One sentence for the card's state; ``who`` shows a person (a mention, a name), ``strong`` an id,
+        ``ticket`` a ticket id with its link (``strong`` by default)."""
+        by = f"{who(self.decider)} at {when(self.decided_at)}" if self.decider else "someone"
+        result = self.result or {}
+        follow_up = f" Helpdesk case {strong(self.case_id)} will follow up." if self.case_id else ""
+        if self.state == "open":
+            return f"Waiting for {who(self.requester)} to confirm. Expires {when(self.expires_at)}."
+        if self.state == "working":
+            return f"{who(self.decider or self.requester)} clicked {(self.choice or 'confirm').capitalize()} " \
+                   f"at {when(self.decided_at)}. Working on it…"
+        if self.state == "executing":
+            return f"Confirmed by {by}. Creating it now…"
+        if self.state == "done":
+            show = ticket or (lambda number, _url: strong(number))
+            made = f"Ticket {show(str(result['ticket_id']), result.get('url'))} created." if result.get("ticket_id") \
+                else "Done."
+            return f"Confirmed by {by}. {made}"
+        if self.state == "failed":
+            return f"Confirmed by {by}, but it failed: {result.get('error', 'unknown error')}.{follow_up}"
+        if self.state == "unknown":
+            return f"Confirmed by {by}, but it is not known whether it went through; nothing will be retried." \
+                   f"{follow_up or ' A person will check.'}"
+        if self.state == "cancelled":
+            return f"Cancelled by {by}. Nothing was created."
+        if self.state == "expired":
+            return expired(self.expires_at)
+        return f"State: {self.state}."

@@ -71,7 +71,8 @@ class ToolRefusal(Observation):
 class TicketError(Observation):
     """The ticket system refused or failed; the message is shown to the model and the user.
 
-    ``kind`` is one of auth, validation, rate_limited, unavailable, timeout, protocol, config.
+    ``kind`` is one of auth, validation, rate_limited, unavailable, timeout, protocol, config, or
+    unknown: the request reached the system and no answer came back, so the ticket may exist.
     """
 
     def __init__(self, message: str, *, kind: str = "unavailable") -> None:

@@ -38,14 +38,17 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from bot import cards
 from bot.agent import args_hash as compute_args_hash
 from bot.agent import canonical_json
+from bot.runtime import THIS_PROCESS
 from bot.store import PendingRecord, PendingState, Store, utcnow
 from bot.types import PendingAction
 
@@ -54,6 +57,7 @@ __all__ = ["Decision", "DecisionStatus", "PendingActions", "PendingRecord", "Pen
 log = logging.getLogger(__name__)
 
 DEFAULT_TTL = timedelta(hours=24)
+HASH_MISMATCH = "This button does not match the stored request, so nothing was done."
 
 DecisionStatus = Literal[
     "confirmed", "cancelled", "not_found", "expired", "not_requester", "hash_mismatch", "already_decided"
@@ -102,6 +106,7 @@ class PendingActions:
         arguments: dict[str, Any],
         text: str,
         run_state: dict[str, Any],
+        conn: AsyncConnection | None = None,
     ) -> PendingAction:
         """Freeze a write call and store it as open until its requester decides or it expires."""
         now = self._clock()
@@ -121,37 +126,49 @@ class PendingActions:
             expires_at=now + self._ttl,
             decided_at=None,
             decider=None,
+            executor=None,
             finished_at=None,
             result=None,
             platform_message=None,
             run_state=run_state,
         )
-        await self._store.pending.insert(record)
+        await self._store.pending.insert(record, conn=conn)
         return record.as_action()
 
     async def decide(
-        self, pending_id: str, actor: str, decision: Literal["confirm", "cancel"], args_hash: str
+        self,
+        pending_id: str,
+        actor: str,
+        decision: Literal["confirm", "cancel"],
+        args_hash: str,
+        *,
+        item_id: str | None = None,
     ) -> Decision:
-        """Apply a click: refuse what must be refused, else win or lose the one transition."""
+        """Apply a click: the requester's click on an open, matching, unexpired action wins in one UPDATE;
+        anything else is refused, or loses to what happened first, and says why.
+
+        ``item_id`` is the inbox item of the click, kept on the winner so a retry of that click, and of no
+        other, can tell it is the one that decided.
+        """
         if decision not in _TARGET_STATE:
             raise ValueError(f"decision must be 'confirm' or 'cancel', not {decision!r}")
-        record = await self._store.pending.get(pending_id)
-        if record is None:
-            return _NOT_FOUND
         now = self._clock()
-        if record.state == "expired" or (record.state == "open" and now >= record.expires_at):
-            return await self._expired(record, now)
-        if actor != record.requester:
-            return Decision("not_requester", record, f"Only {record.requester} can {decision} this.")
+        target = _TARGET_STATE[decision]
+        fields: dict[str, Any] = {"decider": actor, "decided_at": now, "decided_item": item_id}
+        fields |= {"finished_at": now} if target == "cancelled" else {"executor": str(THIS_PROCESS)}
+        won = await self._store.pending.decide(pending_id, actor, target, now, args_hash=args_hash, **fields)
+        if won is None:
+            return await self._refused(pending_id, actor, decision, args_hash, now)
         # Against a fresh hash of the stored call, so a row altered since proposal fails closed too.
-        if args_hash != compute_args_hash(record.tool, record.arguments):
-            message = "This button does not match the stored request, so nothing was done."
-            return Decision("hash_mismatch", record, message)
-        return await self._apply(record, actor, decision, now)
+        if compute_args_hash(won.tool, won.arguments) != won.args_hash:
+            await self.finish(won.id, state="failed", result={"error": "the stored request was altered"})
+            return Decision("hash_mismatch", won, HASH_MISMATCH)
+        if decision == "confirm":
+            return Decision("confirmed", won, f"Confirmed by {actor}.")
+        return Decision("cancelled", won, f"Cancelled by {actor}.")
 
-    async def finish(self, pending_id: str, *, ok: bool, result: dict[str, Any]) -> None:
-        """Record the outcome of the confirmed call: executing (or unknown) -> done | failed."""
-        state: PendingState = "done" if ok else "failed"
+    async def finish(self, pending_id: str, *, state: PendingState, result: dict[str, Any]) -> None:
+        """Record the outcome of the confirmed call: executing (or unknown) -> done | failed | unknown."""
         # A slow call swept to "unknown" still reports its real result: known beats unknown.
         won = await self._store.pending.transition(
             pending_id, ("executing", "unknown"), state, result=result, finished_at=self._clock()
@@ -180,6 +197,11 @@ class PendingActions:
             return None
         return dataclasses.replace(record, state="expired", finished_at=now, expires_at=now)
 
+    async def mark_dead_executing_unknown(self, dead: Sequence[str]) -> list[PendingRecord]:
+        """Calls executing in processes known dead: never re-run, -> unknown at once."""
+        stale = await self._store.pending.executing_by(dead)
+        return await self._move_all(stale, "executing", "unknown", self._clock())
+
     async def mark_stale_executing_unknown(self, older_than: timedelta) -> list[PendingRecord]:
         """Give up on calls executing longer than ``older_than`` (their process died): -> unknown."""
         now = self._clock()
@@ -195,20 +217,20 @@ class PendingActions:
         """The pending action as currently stored."""
         return await self._store.pending.get(pending_id)
 
-    async def _apply(
-        self, record: PendingRecord, actor: str, decision: Literal["confirm", "cancel"], now: datetime
+    async def _refused(
+        self, pending_id: str, actor: str, decision: Literal["confirm", "cancel"], args_hash: str, now: datetime
     ) -> Decision:
-        target = _TARGET_STATE[decision]
-        ends_here: dict[str, Any] = {"finished_at": now} if target == "cancelled" else {}
-        won = await self._store.pending.transition(
-            record.id, ("open",), target, not_expired_at=now, decider=actor, decided_at=now, **ends_here
-        )
-        if not won:
-            return await self._lost(record.id, now)
-        decided = dataclasses.replace(record, state=target, decider=actor, decided_at=now, **ends_here)
-        if decision == "confirm":
-            return Decision("confirmed", decided, f"Confirmed by {actor}.")
-        return Decision("cancelled", decided, f"Cancelled by {actor}.")
+        """Why a click did not win: no such action, expired, not the requester, another call, or decided."""
+        record = await self._store.pending.get(pending_id)
+        if record is None:
+            return _NOT_FOUND
+        if record.state == "expired" or (record.state == "open" and now >= record.expires_at):
+            return await self._expired(record, now)
+        if actor != record.requester:
+            return Decision("not_requester", record, f"Only {record.requester} can {decision} this.")
+        if record.state == "open" and args_hash != record.args_hash:
+            return Decision("hash_mismatch", record, HASH_MISMATCH)
+        return await self._lost(record.id, now)
 
     async def _lost(self, pending_id: str, now: datetime) -> Decision:
         current = await self._store.pending.get(pending_id)

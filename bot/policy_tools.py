@@ -89,6 +89,9 @@ def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool
         try:
             ticket = await backend.create(request)
         except TicketError as exc:  # the model explains it; the service opens a helpdesk case
+            if exc.kind == "unknown":  # it may exist: never say it does not, never make it again
+                return {"status": "unknown", "error": f"It is not known whether the ticket was created: {exc}",
+                        "kind": exc.kind}
             return {"status": "failed", "error": f"The ticket was not created: {exc}", "kind": exc.kind}
         return {"status": "created", "ticket_id": ticket.id, "url": ticket.url}
 
@@ -111,7 +114,10 @@ def ticket_result_text(result: dict[str, Any]) -> str:
     model, or a run with no model call left after the click), so it says only what the result says."""
     if "error" in result:
         error = " ".join(str(result["error"]).split())[:ERROR_CHARS].rstrip(". ")
-        return f"Sorry, I couldn't raise the ticket ({error}). {result.get('handoff') or HELPDESK_FOLLOWS_UP}"
+        follow_up = result.get("handoff") or HELPDESK_FOLLOWS_UP
+        if result.get("status") == "unknown":
+            return f"I couldn't tell whether the ticket was created ({error}). {follow_up}"
+        return f"Sorry, I couldn't raise the ticket ({error}). {follow_up}"
     status = str(result.get("status", ""))
     if status == "cancelled":
         return "OK, I did not raise a ticket."

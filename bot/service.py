@@ -1,10 +1,11 @@
-"""The API adapters call: ``handle_message`` for a user's message, ``decide`` for a Confirm/Cancel click,
-``request_handoff`` for "Still need help?".
+"""What adapters call: ``handle_message`` for a message, ``click`` for Confirm/Cancel (``decide`` in the
+terminal), ``request_handoff`` for "Still need help?", ``note``/``notice`` for replies without a run.
 
-Adapters map platform events to ``Inbound`` and render the ``Reply`` they get back; everything that
-must survive a restart (event dedupe, thread history, pending actions, traces, helpdesk cases) goes
-through the store. Every give-up, every confirmed write that failed and every request for a human
-opens a helpdesk case before the user is told its id (see ``bot.helpdesk``).
+An adapter writes each event to the inbox before its ack (``inbox.accept``); the work runs under the
+item's lease. What it concludes (a run, its history, a proposed action, the reply) commits in one
+transaction fenced by that lease, as outbox rows the platform's sender renders (``bot.outcomes``):
+adapters do not post replies themselves. Every give-up, every confirmed write that failed or may not
+have happened and every request for a person opens a helpdesk case before the user is told its id.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from bot.agent import (
@@ -32,71 +33,41 @@ from bot.agent import (
     run_agent,
     thread_context,
 )
+from bot.cards import CardView
+from bot.clicks import click_notice
+from bot.delivery import Address, Inbox, Outbox, Post, current_lease, post_destination
 from bot.errors import StateVersionError
 from bot.helpdesk import (
     ACTION_UNKNOWN,
     CARD_NOT_SHOWN,
+    REPLY_NOT_DELIVERED,
     TICKET_FAILED,
     USER_REQUEST,
     HandoffCase,
     Helpdesk,
-    Outbox,
     asks_for_human,
-    case_number,
 )
 from bot.index import OwnedIndex
+from bot.outcomes import Outcomes, RunRecord
 from bot.pending import Decision, PendingActions
 from bot.policy_tools import reply_from_result
+from bot.replies import DecisionReply, RefusalReason, Reply, Where, card_post, reply_posts, text_post
 from bot.runtime import BUSY_TEXT, THIS_PROCESS, Admission, InFlight, Metrics, log_context
-from bot.store import PendingRecord, Place, Store, utcnow
-from bot.types import Answer, GaveUp, Inbound, Message, Outcome, Pending, TerminationReason, UserRef
+from bot.store import DeliveryRecord, NewPost, PendingRecord, PendingState, Place, Store, utcnow
+from bot.types import Answer, GaveUp, Inbound, Message, Pending, TerminationReason, UserRef
 from bot.unicode_text import clean_text
+
+__all__ = ["DecisionReply", "PolicyPal", "Reply"]
 
 log = logging.getLogger(__name__)
 
 STALE_EXECUTING = timedelta(minutes=10)  # far beyond any tool timeout: such a call's process is gone
 CASE_RETRY_AFTER = timedelta(minutes=1)  # far beyond opening one case: still without one, that attempt failed
 CANCELLED_BY_USER = {"status": "cancelled", "note": "cancelled by user"}
-PROCESS_OWNER = str(THIS_PROCESS)  # stamped on runs: the sweeper recovers those of dead processes
-RefusalReason = Literal["rate_limited", "busy"]
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What an adapter renders: one run's outcome and the ids to show or act on."""
-
-    run_id: str
-    reason: TerminationReason
-    outcome: Outcome
-    conversation_key: str
-    steps: int = 0
-    tokens: int = 0
-    cost_usd: float = 0.0
-    refused: RefusalReason | None = None  # set when no run started: the outcome is a polite refusal
-
-    @property
-    def from_a_run(self) -> bool:
-        """Whether a run is behind this reply: only then is there a trace to rate and a run to hand off.
-
-        A polite refusal (rate limited, busy) starts no run, and a typed request for a person opens a
-        case instead (the reply's id is the case id): feedback or "Still need help?" buttons under
-        either could only fail.
-        """
-        return self.refused is None and case_number(self.run_id) is None
-
-
-@dataclass(frozen=True)
-class DecisionReply:
-    """The answer to a click: what to show on the card, and the continued run's reply if it ran."""
-
-    decision: Decision
-    result: dict[str, Any] | None = None  # the frozen call's result, or "cancelled by user"
-    reply: Reply | None = None
-    case: HandoffCase | None = None  # opened when the confirmed call failed: a human follows up
-
-    @property
-    def status(self) -> str:
-        return self.decision.status
+PROCESS_OWNER = str(THIS_PROCESS)
+Choice = Literal["confirm", "cancel"]
+Show = Callable[[CardView], Awaitable[None]]
+Who = Callable[[str], str]
 
 
 class PolicyPal:
@@ -111,6 +82,7 @@ class PolicyPal:
         *,
         helpdesk: Helpdesk | None = None,
         outbox: Outbox | None = None,
+        inbox: Inbox | None = None,
         resources: Sequence[object] = (),
         admission: Admission | None = None,
         metrics: Metrics | None = None,
@@ -120,56 +92,342 @@ class PolicyPal:
         self.pending = pending
         self.searcher = searcher  # closed with the service when the service opened it
         self.helpdesk = helpdesk or Helpdesk(store, budgets=deps.budgets)
-        self.outbox = outbox or Outbox(store, [])  # the server runs it; the console calls run_once
+        self.outbox = outbox or Outbox(store)  # the server runs it; the console calls run_once
+        self.outbox.on_undeliverable = self._undeliverable
+        self.inbox = inbox or Inbox(store)
+        self.outcomes = Outcomes(store, self.outbox)
         self._resources = tuple(resources)  # ticket backend, destinations: closed with the service
         self.admission = admission  # None: no rate limit and no cap (tests, the console)
         self.metrics = metrics or Metrics()
         self.inflight = InFlight()  # what a graceful shutdown drains
         self.redactor = self.helpdesk.redactor  # traces are read by operators: no pasted secrets in them
 
+    # -- a message ----------------------------------------------------------------------------------
+
     async def handle_message(self, inbound: Inbound, cancel: asyncio.Event | None = None) -> Reply | None:
-        """Run the agent for one message; None when the event was already handled (a platform retry).
+        """Run the agent for one message and commit its reply; None when another process answered it.
 
         A person over their rate, or a process at its cap, gets a polite refusal instead of a run.
         """
-        if not await self.store.threads.claim_event(f"{inbound.platform}:{inbound.event_id}"):
-            log.info("duplicate event %s ignored", inbound.event_id)
-            return None
         inbound = replace(inbound, text=clean_text(inbound.text))  # storable: no lone surrogates
         with log_context(conversation=inbound.conversation_key, platform=inbound.platform):
             return await self._answer(inbound, cancel)
 
-    async def _answer(self, inbound: Inbound, cancel: asyncio.Event | None) -> Reply:
-        history = await self.store.threads.load_history(inbound.conversation_key)
+    async def _answer(self, inbound: Inbound, cancel: asyncio.Event | None) -> Reply | None:
+        where = Where.of(inbound)
+        history = [] if inbound.starts_thread else await self.store.threads.load_history(inbound.conversation_key)
         if not history:
             await self.store.threads.remember_place(_place(inbound))
         if self.admission is not None and not await self.admission.users.allow(_user_key(inbound)):
-            return self._refuse(inbound, "rate_limited", self.admission.users.refusal())  # cases count too
+            return await self._refuse(inbound, where, "rate_limited", self.admission.users.refusal())
         if asks_for_human(inbound.text):
-            return await self._hand_over(inbound)
+            return await self._hand_over(inbound, where)
         state = _first_state(inbound, history)
-        await self._begin(state, inbound.platform, inbound.text)  # before any wait: a crash is recovered
         if self.admission is None:
-            return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
+            return await self._run(state, where, cancel)
         async with self.admission.slots.slot() as admitted:
             if not admitted:
-                await self.store.runs.discard(state.run_id)  # a refusal leaves no run behind
-                return self._refuse(inbound, "busy", BUSY_TEXT)
-            return await self._run(state, inbound.platform, inbound.text, cancel, inbound.link)
+                return await self._refuse(inbound, where, "busy", BUSY_TEXT)
+            return await self._run(state, where, cancel)
 
-    async def _begin(self, state: RunState, platform: str, question: str) -> None:
-        """Record the run as running: from here on, if this process dies, a sweeper answers the user."""
-        await self.store.runs.start(
-            state.run_id, state.conversation_key, platform, state.user.id, self.redactor.text(question),
-            self.deps.model.name, PROCESS_OWNER,
-        )
-
-    def _refuse(self, inbound: Inbound, reason: RefusalReason, text: str) -> Reply:
-        """A reply without a run: nothing stored, the person asks again later."""
+    async def _refuse(self, inbound: Inbound, where: Where, reason: RefusalReason, text: str) -> Reply | None:
+        """A reply without a run: nothing stored but the reply, the person asks again later."""
         log.info("%s: no run for %s's message (%s)", reason, inbound.user.id, inbound.event_id)
         self.metrics.refused.labels(reason=reason, platform=inbound.platform).inc()
         reply_id = f"{reason}_{uuid.uuid4().hex[:12]}"
-        return Reply(reply_id, TerminationReason.ANSWERED, Answer(text), inbound.conversation_key, refused=reason)
+        reply = Reply(reply_id, TerminationReason.ANSWERED, Answer(text), inbound.conversation_key, refused=reason)
+        committed = await self.outcomes.commit(posts=reply_posts(reply, where, _item()))
+        return reply if committed else None
+
+    async def _hand_over(self, inbound: Inbound, where: Where) -> Reply | None:
+        """A typed request for a person: open the case at once, no model run."""
+        if not await self.outcomes.still_held():
+            return None
+        key = inbound.conversation_key
+        case = await self.request_handoff(key, inbound.user, link=inbound.link, question=inbound.text)
+        text = case.user_reply()
+        reply = Reply(case.case_id, TerminationReason.ANSWERED, Answer(text), key)
+        exchange = [{"role": "user", "content": inbound.text}, _said(text)]
+        committed = await self.outcomes.commit(history=(key, exchange), posts=reply_posts(reply, where, _item()))
+        return reply if committed else None
+
+    # -- a run --------------------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        state: RunState,
+        where: Where,
+        cancel: asyncio.Event | None,
+        decided: DecidedWrite | None = None,
+        also: Sequence[NewPost] = (),
+    ) -> Reply | None:
+        context = log_context(run_id=state.run_id, conversation=state.conversation_key, platform=where.platform)
+        started = utcnow()
+        with context, self.inflight.track(state.run_id, cancel) as stop:
+            self.metrics.in_flight.inc()
+            try:
+                result = await run_agent(self.deps, state, stop, decided)
+                log.info("run %s ended: %s", result.run_id, result.reason.value)
+                reply = await self._conclude(result, where, started, also)
+            finally:
+                self.metrics.in_flight.dec()
+        spent = state.spent
+        self.metrics.observe_run(
+            where.platform, result.reason.value, spent.steps, spent.tokens, spent.cost_usd, result.trace.steps
+        )
+        return reply
+
+    async def _conclude(
+        self, result: RunResult, where: Where, started: datetime, also: Sequence[NewPost]
+    ) -> Reply | None:
+        """Store the run with what the user sees (one fenced transaction), then send it."""
+        state, spent = result.state, result.state.spent
+        run = self._record(result, where, started)
+        reply = Reply(result.run_id, result.reason, Answer(""), state.conversation_key, spent.steps, spent.tokens,
+                      spent.cost_usd)
+        outcome = result.outcome
+        if isinstance(outcome, ProposedWrite):
+            return await self._propose(result, outcome, reply, where, run, also)
+        if isinstance(outcome, GaveUp):
+            if not await self.outcomes.still_held():
+                log.warning("run %s: its inbox item was taken over; no case, no reply", result.run_id)
+                return None
+            outcome = await self._give_up(result, outcome, where.link, run)
+        reply = replace(reply, outcome=outcome)
+        # Thread history keeps questions and final answers only (tool traffic lives in the trace), on
+        # the run's own row: one INSERT, never a read-modify-write, so concurrent runs all stay.
+        run = replace(run, exchange=[{"role": "user", "content": state.question}, _said(outcome.text)])
+        posts = [*also, *reply_posts(reply, where, _item())]
+        committed = await self.outcomes.commit(run=run, posts=posts)
+        return reply if committed else None
+
+    async def _propose(
+        self, result: RunResult, write: ProposedWrite, reply: Reply, where: Where, run: RunRecord,
+        also: Sequence[NewPost],
+    ) -> Reply | None:
+        """A write the model asked for: frozen as a pending action, and its card, committed with the run."""
+        state = result.state
+        text = str(state.messages[-1].get("content") or "")
+        proposed: list[Reply] = []
+
+        async def propose(tx: Any) -> None:
+            action = await self.pending.propose(
+                run_id=state.run_id, conversation_key=state.conversation_key, requester=state.user.id,
+                tool=write.tool.name, call_id=write.call.id, arguments=write.arguments, text=text,
+                run_state=state.to_dict(), conn=tx,
+            )
+            proposed.append(replace(reply, outcome=Pending(text=text, action=action)))
+
+        def posts() -> list[NewPost]:
+            return [*also, *reply_posts(proposed[0], where, _item())]
+
+        committed = await self.outcomes.commit(run=run, before_posts=propose, posts=posts)
+        return proposed[0] if committed else None
+
+    async def _give_up(self, result: RunResult, outcome: GaveUp, link: str | None, run: RunRecord) -> GaveUp:
+        """Open the case (stored before the user hears of it) and tell the user its id."""
+        state = result.state
+        case = await self.helpdesk.open_case(
+            origin=f"run:{result.run_id}",
+            reason=result.reason.value,
+            user=state.user,
+            conversation_key=state.conversation_key,
+            question=state.question,
+            run_id=result.run_id,
+            link=link,
+            current_run=run.as_row(),
+        )
+        return replace(outcome, text=case.user_reply(), transcript=case.to_json(), case_id=case.case_id)
+
+    def _record(self, result: RunResult, where: Where, started: datetime) -> RunRecord:
+        spent = result.state.spent
+        return RunRecord(
+            id=result.run_id,
+            conversation_key=result.state.conversation_key,
+            platform=where.platform,
+            user_id=result.state.user.id,
+            question=self.redactor.text(where.question),
+            reason=result.reason.value,
+            started_at=started,
+            steps=spent.steps,
+            input_tokens=spent.input_tokens,
+            output_tokens=spent.output_tokens,
+            cost_usd=spent.cost_usd,
+            latency_ms=result.trace.latency_ms,
+            model=self.deps.model.name,
+            trace=self.redactor.value(result.trace.step_dicts()),
+            owner=PROCESS_OWNER,
+        )
+
+    # -- Confirm and Cancel -------------------------------------------------------------------------
+
+    async def click(
+        self,
+        pending_id: str,
+        actor: UserRef,
+        decision: Choice,
+        args_hash: str,
+        *,
+        address: Address,
+        who: Who = str,
+        show: Show | None = None,
+    ) -> DecisionReply:
+        """A click on a card, for every platform: decided exactly once, the card and the reply through the outbox.
+
+        ``show`` puts a card state up at once where the clicker sees it (buttons off while the decision
+        runs, then the call's result while the model writes); the outbox makes the final card stick.
+        A click that is refused or lost gets ``notice`` (privately) and the card as it stands.
+        """
+        return await self._decided(pending_id, actor, decision, args_hash, address=address, who=who, show=show)
+
+    async def decide(
+        self,
+        pending_id: str,
+        actor: UserRef,
+        decision: Choice,
+        args_hash: str,
+        on_result: Callable[[DecisionReply], Awaitable[None]] | None = None,
+    ) -> DecisionReply:
+        """A decision from the terminal: the same exactly-once decision, rendered by the caller.
+
+        ``on_result`` hears the call's result before the model continues.
+        """
+        return await self._decided(pending_id, actor, decision, args_hash, on_result=on_result)
+
+    async def _decided(
+        self,
+        pending_id: str,
+        actor: UserRef,
+        decision: Choice,
+        args_hash: str,
+        *,
+        address: Address | None = None,
+        who: Who = str,
+        show: Show | None = None,
+        on_result: Callable[[DecisionReply], Awaitable[None]] | None = None,
+    ) -> DecisionReply:
+        lease = current_lease()
+        item = lease.item_id if lease else None
+        verdict = await self.pending.decide(pending_id, actor.id, decision, args_hash, item_id=item)
+        record = verdict.action
+        if verdict.status not in ("confirmed", "cancelled") or record is None:
+            if lease is not None and lease.attempt > 1 and _decided_by(verdict, actor, lease.item_id):
+                return await self._resume(verdict, actor, address)  # this very click, before a crash
+            return await self._refused(verdict, decision, address, who)
+        where = _click_where(record, decision, address)
+        if show is not None:
+            await _quietly(show(CardView.of(record).working(actor.id, utcnow(), decision)), record.id)
+        watch = Stopwatch()
+        cancelled: tuple[dict[str, Any], PendingState] = (CANCELLED_BY_USER, "cancelled")
+        result, state = await self._execute(record, actor) if verdict.confirmed else cancelled
+        took_ms = watch.ms()
+        case = None
+        if verdict.confirmed and state != "done":
+            case = await self._action_case(record, actor, TICKET_FAILED if state == "failed" else ACTION_UNKNOWN,
+                                           str(result.get("error", "")))
+            result = {**result, "case_id": case.case_id, "handoff": case.message}
+        view = CardView.of(replace(record, state=state, result=result), case_id=case.case_id if case else None)
+        if on_result is not None:
+            await _report(on_result, DecisionReply(verdict, result, case=case, card=view))
+        shown = show is not None and await _quietly(show(view), record.id)
+        card_rows = [] if shown else card_post(view, record.platform_message, where, _item())
+        reply = await self._continue(record, actor, decision, result, took_ms, where, card_rows)
+        return DecisionReply(verdict, result, reply, case, card=view)
+
+    async def _continue(
+        self, record: PendingRecord, actor: UserRef, decision: Choice, result: dict[str, Any], took_ms: float,
+        where: Where, also: Sequence[NewPost],
+    ) -> Reply | None:
+        """The run the card interrupted, resumed with the call's result (or "cancelled by user")."""
+        try:
+            state = RunState.from_dict(record.run_state)
+        except StateVersionError as exc:
+            log.error("pending %s: %s", record.id, exc)
+            await self.outcomes.commit(posts=also)
+            return None
+        state.run_id = _new_run_id()
+        state.resume_with(record.call_id, _json(result))
+        decided = decided_write(
+            tool=record.tool,
+            call_id=record.call_id,
+            arguments=record.arguments,
+            decider=actor.id,
+            decision=decision,
+            result=result,
+            latency_ms=took_ms,
+            reply=reply_from_result(record.tool, decision, result),
+        )
+        return await self._run(state, where, None, decided=decided, also=also)
+
+    async def _resume(self, verdict: Decision, actor: UserRef, address: Address | None) -> DecisionReply:
+        """A click delivered again after a crash: its decision stands; the run it interrupted goes on.
+
+        Still executing, or unknown, is the sweeper's (the call may have happened): nothing runs here.
+        """
+        record = verdict.action
+        if record is None or record.state not in ("done", "failed", "cancelled"):
+            return DecisionReply(verdict)
+        decision: Choice = "cancel" if record.state == "cancelled" else "confirm"
+        result = record.result or CANCELLED_BY_USER
+        log.warning("pending %s: the click's work was cut short; resuming its run", record.id)
+        view = CardView.of(record)
+        where = _click_where(record, decision, address)
+        rows = card_post(view, record.platform_message, where, _item())
+        reply = await self._continue(record, actor, decision, result, 0.0, where, rows)
+        return DecisionReply(verdict, result, reply, card=view)
+
+    async def _refused(self, verdict: Decision, decision: Choice, address: Address | None, who: Who) -> DecisionReply:
+        """A click that did not decide: the clicker is told why, privately; the card shows what stands."""
+        notice = click_notice(verdict, who, decision)
+        record = verdict.action
+        view = CardView.of(record) if record is not None else None
+        if address is None:
+            return DecisionReply(verdict, card=view, notice=notice)
+        where = Where(address.platform, record.conversation_key if record else "", "", None, address)
+        posts = text_post("private", notice, where, _item())
+        # The card as it stands, where a stale card may show something else: never for someone else's
+        # click on an open card (nothing changed), never while executing (the winning click shows it).
+        stale = verdict.status in ("hash_mismatch", "expired", "already_decided")
+        if record is not None and view is not None and stale and record.state != "executing":
+            posts += card_post(view, record.platform_message, where, _item())
+        await self.outcomes.commit(posts=posts)
+        return DecisionReply(verdict, card=view, notice=notice)
+
+    async def _execute(self, record: PendingRecord, actor: UserRef) -> tuple[dict[str, Any], PendingState]:
+        tool = self.deps.tools.get(record.tool)
+        context = ToolContext(actor, record.run_id, record.conversation_key, idempotency_key=record.id)
+        ok, result = await execute_confirmed(tool, record.arguments, context)
+        state: PendingState = "done" if ok and "error" not in result else "failed"
+        if result.get("status") == "unknown":  # the request reached the system, and no answer came back
+            state = "unknown"
+        await self.pending.finish(record.id, state=state, result=result)
+        return result, state
+
+    async def _action_case(self, record: PendingRecord, user: UserRef, reason: str, detail: str) -> HandoffCase:
+        """A case for a confirmed action that failed or may not have happened, so a human follows up."""
+        return await self.helpdesk.open_case(
+            origin=f"action:{record.id}",
+            reason=reason,
+            user=user,
+            conversation_key=record.conversation_key,
+            question=_question_of(record),
+            run_id=record.run_id,
+            detail=detail,
+        )
+
+    # -- replies without a run ----------------------------------------------------------------------
+
+    async def notice(
+        self, address: Address, text: str, *, conversation_key: str = "", case_id: str | None = None
+    ) -> bool:
+        """A message in the thread that needs no run (a hint, a welcome, a case id), through the outbox."""
+        where = Where(address.platform, conversation_key, "", None, address)
+        return await self.outcomes.commit(posts=text_post("notice", text, where, _item(), case_id=case_id))
+
+    async def note(self, address: Address, text: str, *, conversation_key: str = "") -> bool:
+        """A note only ``address.user`` sees (thanks for feedback), through the outbox."""
+        where = Where(address.platform, conversation_key, "", None, address)
+        return await self.outcomes.commit(posts=text_post("private", text, where, _item()))
 
     async def request_handoff(
         self, conversation_key: str, user: UserRef, *, link: str | None = None, question: str | None = None
@@ -190,70 +448,31 @@ class PolicyPal:
             link=link,
         )
 
-    async def decide(
-        self,
-        pending_id: str,
-        actor: UserRef,
-        decision: Literal["confirm", "cancel"],
-        args_hash: str,
-        on_result: Callable[[DecisionReply], Awaitable[None]] | None = None,
-    ) -> DecisionReply:
-        """Apply a click exactly once, run the frozen call if confirmed, then let the model finish.
+    async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
+        return await self.store.runs.set_feedback(run_id, value, user_id)
 
-        ``on_result`` hears the decision and the call's result before the model continues, so an
-        adapter can update the card at once while a slow model writes the final reply. It only
-        reports: if it fails, that is logged and the run still continues.
+    # -- recovery (the sweeper) ---------------------------------------------------------------------
+
+    async def recover(
+        self, dead: Sequence[str] = (), older_than: timedelta = STALE_EXECUTING
+    ) -> list[tuple[PendingRecord, HandoffCase]]:
+        """Actions left executing by a dead process are never re-run: marked unknown, a person checks.
+
+        ``dead``: processes known gone (their heartbeat stopped, or their pid is gone): their actions
+        turn unknown at once; without an executor, after ``older_than``. Each gets a case, the card says
+        so and the requester is told in the thread. An action whose case could not be opened stays
+        unknown without one; a later pass claims it and tries again. Each is returned once.
         """
-        verdict = await self.pending.decide(pending_id, actor.id, decision, args_hash)
-        if verdict.status not in ("confirmed", "cancelled") or verdict.action is None:
-            return DecisionReply(verdict)
-        record = verdict.action
-        watch = Stopwatch()
-        result = await self._execute(record, actor) if verdict.confirmed else CANCELLED_BY_USER
-        took_ms = watch.ms()
-        case = None
-        if verdict.confirmed and _failed(result):
-            case = await self._action_case(record, actor, TICKET_FAILED, str(result.get("error", "")))
-            result = {**result, "case_id": case.case_id, "handoff": case.message}
-        if on_result is not None:
-            await _report(on_result, DecisionReply(verdict, result, case=case))
-        try:
-            state = RunState.from_dict(record.run_state)
-        except StateVersionError as exc:
-            log.error("pending %s: %s", pending_id, exc)
-            return DecisionReply(verdict, result, case=case)
-        state.run_id = _new_run_id()
-        state.resume_with(record.call_id, _json(result))
-        platform = record.conversation_key.split(":", 1)[0]
-        decided = decided_write(
-            tool=record.tool,
-            call_id=record.call_id,
-            arguments=record.arguments,
-            decider=actor.id,
-            decision=decision,
-            result=result,
-            latency_ms=took_ms,
-            reply=reply_from_result(record.tool, decision, result),
-        )
-        question = f"({decision} {record.tool})"
-        await self._begin(state, platform, question)
-        reply = await self._run(state, platform, question, None, decided=decided)
-        return DecisionReply(verdict, result, reply, case)
-
-    async def recover(self, older_than: timedelta = STALE_EXECUTING) -> list[tuple[PendingRecord, HandoffCase]]:
-        """Actions left executing by a dead process are never re-run: mark them unknown for a human.
-
-        Returns each with the helpdesk case opened for it, so a caller that can reach the requester
-        (the server's sweeper) tells them too. An action whose case could not be opened (a database
-        error, a crash between marking and opening) stays unknown without one; a later pass claims it
-        and tries again. So each is returned once, by the pass that opened its case.
-        """
-        stale = await self.pending.mark_stale_executing_unknown(older_than)
+        stale = [
+            *await self.pending.mark_dead_executing_unknown(dead),
+            *await self.pending.mark_stale_executing_unknown(older_than),
+        ]
         now = utcnow()
         caseless = await self.store.pending.claim_caseless_unknown(now - CASE_RETRY_AFTER, now)
         recovered = []
         for record in [*stale, *caseless]:
             if (case := await self._unknown_case(record)) is not None:
+                await self._tell_unknown(record, case)
                 recovered.append((record, case))
         return recovered
 
@@ -273,13 +492,40 @@ class PolicyPal:
             log.exception("pending action %s: its case could not be opened; a later pass retries", record.id)
             return None
 
+    async def _tell_unknown(self, record: PendingRecord, case: HandoffCase) -> None:
+        """The card says it is not known whether the call happened (with the case); the requester hears it."""
+        where = await self._where_of(record.conversation_key, record.requester)
+        view = CardView.of(replace(record, state="unknown"), case_id=case.case_id)
+        posts = [*card_post(view, record.platform_message, where, None),
+                 *text_post("notice", case.user_reply(), where, None, run_id=record.run_id, case_id=case.case_id)]
+        try:
+            await self.outcomes.commit(posts=posts)
+        except Exception:
+            log.exception("pending %s: telling the requester failed", record.id)
+
+    async def card_posted(self, pending_id: str, where: dict[str, Any]) -> None:
+        """Where a platform posted a card (its sender says): later states update that message."""
+        await self.pending.set_platform_message(pending_id, where)
+
+    async def card_expired(self, record: PendingRecord) -> None:
+        """An expired action's card says so (the sweeper expires them)."""
+        where = await self._where_of(record.conversation_key, record.requester)
+        await self.outcomes.commit(posts=card_post(CardView.of(record), record.platform_message, where, None))
+
+    async def tell(self, conversation_key: str, text: str, *, run_id: str | None, case_id: str | None) -> bool:
+        """Post in a conversation's thread outside any request (a run recovered from a dead process)."""
+        where = await self._where_of(conversation_key, "")
+        if where.address is None:
+            log.warning("no way to post on %s: %s was not told: %s", where.platform, conversation_key, text)
+            return False
+        return await self.outcomes.commit(posts=text_post("notice", text, where, None, run_id=run_id, case_id=case_id))
+
     async def card_not_shown(self, pending_id: str) -> HandoffCase | None:
         """A confirmation card the platform would not take: withdraw the action and open a case.
 
         Nobody can decide a card they never saw, and the run is waiting on it: without this the
         request would sit unseen until it expired. The case hands the conversation, with the
-        proposed call, to a person; the adapter tells the user its id if it can still reach them.
-        None when the action was decided or gone meanwhile (then there is nothing to withdraw).
+        proposed call, to a person. None when the action was decided or gone meanwhile.
         """
         record = await self.pending.withdraw(pending_id)
         if record is None:
@@ -289,12 +535,41 @@ class PolicyPal:
         detail = f"The confirmation card for {record.tool} could not be posted; nothing was done."
         return await self._action_case(record, UserRef(record.requester), CARD_NOT_SHOWN, detail)
 
-    async def claim_event(self, platform: str, event_id: str) -> bool:
-        """True the first time any process sees this event: for replies sent without a run."""
-        return await self.store.threads.claim_event(f"{platform}:{event_id}")
+    async def _undeliverable(self, row: DeliveryRecord, error: str) -> None:
+        """A platform write the outbox gave up on: a person follows up, and the user is told another way."""
+        post = Post.from_json(row.payload or {})
+        if post.kind in ("card", "private", "direct"):
+            return  # a card update or a note lost is logged by the outbox; a case for it would be noise
+        key = row.conversation_key or ""
+        if post.kind == "notice" and post.reason == REPLY_NOT_DELIVERED:  # the thread is out of reach: the person
+            if post.address.user:
+                direct = Post("direct", post.address, text=post.text, case_id=post.case_id, reason=error)
+                await self.outcomes.commit(posts=[NewPost(row.destination, direct.to_json(), key, None)])
+            return
+        outcome = post.reply_outcome() if post.kind == "reply" else None
+        if isinstance(outcome, Pending):
+            case = await self.card_not_shown(outcome.action.id)
+        else:
+            case = await self.helpdesk.open_case(
+                origin=f"undelivered:{row.id}",
+                reason=REPLY_NOT_DELIVERED,
+                user=UserRef(post.address.user, post.address.user_name),
+                conversation_key=key,
+                question=post.text or "",
+                run_id=post.run_id,
+                detail=f"The reply could not be posted: {error}",
+            )
+        if case is not None:  # said in the thread if the thread takes it, else to the person directly
+            notice = Post("notice", post.address, text=case.user_reply(), case_id=case.case_id,
+                          reason=REPLY_NOT_DELIVERED)
+            await self.outcomes.commit(posts=[NewPost(row.destination, notice.to_json(), key, None)])
 
-    async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
-        return await self.store.runs.set_feedback(run_id, value, user_id)
+    async def _where_of(self, conversation_key: str, user: str) -> Where:
+        place = await self.store.threads.get_place(conversation_key) or Place.from_key(conversation_key)
+        address = None
+        if self.outbox.delivers(post_destination(place.platform)):
+            address = Address(place.platform, place.channel, place.thread, place.address, user)
+        return Where(place.platform, conversation_key, "", place.link, address)
 
     async def close(self) -> None:
         """Release the model client, the index, backends and destinations, then the database."""
@@ -304,126 +579,26 @@ class PolicyPal:
                 await closer()
         await self.store.close()
 
-    async def _execute(self, record: PendingRecord, actor: UserRef) -> dict[str, Any]:
-        tool = self.deps.tools.get(record.tool)
-        context = ToolContext(actor, record.run_id, record.conversation_key, idempotency_key=record.id)
-        ok, result = await execute_confirmed(tool, record.arguments, context)
-        await self.pending.finish(record.id, ok=ok and not _failed(result), result=result)
-        return result
 
-    async def _action_case(self, record: PendingRecord, user: UserRef, reason: str, detail: str) -> HandoffCase:
-        """A case for a confirmed action that failed or may not have happened, so a human follows up."""
-        return await self.helpdesk.open_case(
-            origin=f"action:{record.id}",
-            reason=reason,
-            user=user,
-            conversation_key=record.conversation_key,
-            question=_question_of(record),
-            run_id=record.run_id,
-            detail=detail,
-        )
+def _item() -> str | None:
+    lease = current_lease()
+    return lease.item_id if lease else None
 
-    async def _hand_over(self, inbound: Inbound) -> Reply:
-        """A typed request for a person: open the case at once, no model run."""
-        key = inbound.conversation_key
-        case = await self.request_handoff(key, inbound.user, link=inbound.link, question=inbound.text)
-        text = case.user_reply()
-        await self.store.threads.append_history(key, [{"role": "user", "content": inbound.text}, _said(text)])
-        return Reply(case.case_id, TerminationReason.ANSWERED, Answer(text), key)
 
-    async def _run(
-        self,
-        state: RunState,
-        platform: str,
-        question: str,
-        cancel: asyncio.Event | None,
-        link: str | None = None,
-        decided: DecidedWrite | None = None,
-    ) -> Reply:
-        context = log_context(run_id=state.run_id, conversation=state.conversation_key, platform=platform)
-        with context, self.inflight.track(state.run_id, cancel) as stop:
-            self.metrics.in_flight.inc()
-            try:
-                result = await self._agent(state, platform, question, stop, decided)
-                outcome = await self._settle(result, link)
-            finally:
-                self.metrics.in_flight.dec()
-        spent = state.spent
-        self.metrics.observe_run(
-            platform, result.reason.value, spent.steps, spent.tokens, spent.cost_usd, result.trace.steps
-        )
-        return Reply(
-            result.run_id, result.reason, outcome, state.conversation_key, spent.steps, spent.tokens, spent.cost_usd
-        )
+def _decided_by(verdict: Decision, actor: UserRef, item_id: str) -> bool:
+    """Did this very click (its inbox item, not merely its clicker) decide the action?"""
+    record = verdict.action
+    return (
+        verdict.status == "already_decided"
+        and record is not None
+        and record.decider == actor.id
+        and record.decided_item == item_id
+    )
 
-    async def _agent(
-        self, state: RunState, platform: str, question: str, stop: asyncio.Event, decided: DecidedWrite | None
-    ) -> RunResult:
-        """The loop, then its result stored (the run was recorded as running by ``_begin``)."""
-        result = await run_agent(self.deps, state, stop, decided)
-        await self._persist(result)  # first, so a give-up's case carries this run's trace
-        log.info("run %s ended: %s", result.run_id, result.reason.value)
-        return result
 
-    async def _settle(self, result: RunResult, link: str | None = None) -> Outcome:
-        """Turn the loop's result into what the user sees, storing what must outlive the process."""
-        state = result.state
-        if isinstance(result.outcome, ProposedWrite):
-            write = result.outcome
-            text = str(state.messages[-1].get("content") or "")
-            action = await self.pending.propose(
-                run_id=state.run_id,
-                conversation_key=state.conversation_key,
-                requester=state.user.id,
-                tool=write.tool.name,
-                call_id=write.call.id,
-                arguments=write.arguments,
-                text=text,
-                run_state=state.to_dict(),
-            )
-            return Pending(text=text, action=action)
-        outcome = result.outcome
-        if isinstance(outcome, GaveUp):
-            outcome = await self._give_up(result, outcome, link)
-        if isinstance(outcome, Answer | GaveUp):
-            await self._remember(state, outcome.text)
-        return outcome
-
-    async def _give_up(self, result: RunResult, outcome: GaveUp, link: str | None) -> GaveUp:
-        """Open the case (stored before the user hears of it) and tell the user its id."""
-        state = result.state
-        case = await self.helpdesk.open_case(
-            origin=f"run:{result.run_id}",
-            reason=result.reason.value,
-            user=state.user,
-            conversation_key=state.conversation_key,
-            question=state.question,
-            run_id=result.run_id,
-            link=link,
-        )
-        return replace(outcome, text=case.user_reply(), transcript=case.to_json(), case_id=case.case_id)
-
-    async def _remember(self, state: RunState, answer: str) -> None:
-        """Thread history keeps questions and final answers only; tool traffic lives in the trace.
-
-        One append (an INSERT), never a read-modify-write: two messages answered at once in a thread,
-        by this process or another replica, both stay in its history.
-        """
-        exchange = [{"role": "user", "content": state.question}, _said(answer)]
-        await self.store.threads.append_history(state.conversation_key, exchange)
-
-    async def _persist(self, result: RunResult) -> None:
-        spent = result.state.spent
-        await self.store.runs.finish(
-            result.run_id,
-            reason=result.reason.value,
-            steps=spent.steps,
-            input_tokens=spent.input_tokens,
-            output_tokens=spent.output_tokens,
-            cost_usd=spent.cost_usd,
-            latency_ms=result.trace.latency_ms,
-            trace=self.redactor.value(result.trace.step_dicts()),
-        )
+def _click_where(record: PendingRecord, decision: Choice, address: Address | None) -> Where:
+    platform = address.platform if address else record.conversation_key.partition(":")[0]
+    return Where(platform, record.conversation_key, f"({decision} {record.tool})", None, address)
 
 
 def _place(inbound: Inbound) -> Place:
@@ -441,11 +616,6 @@ def _place(inbound: Inbound) -> Place:
 def _user_key(inbound: Inbound) -> str:
     """One person across threads and replicas: platform, workspace or tenant, user id."""
     return f"{inbound.platform}:{inbound.tenant}:{inbound.user.id}"
-
-
-def _failed(result: dict[str, Any]) -> bool:
-    """A tool result is a failure when the call raised or the backend reported an error."""
-    return "error" in result
 
 
 def _question_of(record: PendingRecord) -> str:
@@ -467,14 +637,23 @@ def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+async def _quietly(work: Awaitable[None], pending_id: str) -> bool:
+    """Show a card state now; a failure is logged (the outbox row makes the final state stick)."""
+    try:
+        await work
+    except Exception:
+        log.exception("pending %s: showing the card failed; the outbox will", pending_id)
+        return False
+    return True
+
+
 async def _report(on_result: Callable[[DecisionReply], Awaitable[None]], early: DecisionReply) -> None:
-    """Tell the adapter the call's result; a failed card update must not lose the model's reply."""
+    """Tell the caller the call's result; a failed report must not lose the model's reply."""
     try:
         await on_result(early)
     except Exception:
         action = early.decision.action
-        log.exception("pending %s: reporting the result to the adapter failed; the run continues",
-                      action.id if action else "?")
+        log.exception("pending %s: reporting the result failed; the run continues", action.id if action else "?")
 
 
 def _first_state(inbound: Inbound, history: list[Message]) -> RunState:

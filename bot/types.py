@@ -57,6 +57,7 @@ class Inbound:
     tenant: str = ""
     link: str | None = None  # a link back to the message (Slack permalink, Teams deep link)
     address: dict[str, Any] | None = None  # how to post in this thread later, unprompted (Teams' reference)
+    starts_thread: bool = False  # the message opens its thread: there is no history to read
 
     @property
     def conversation_key(self) -> str:

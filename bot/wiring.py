@@ -13,14 +13,15 @@ from pathlib import Path
 
 from bot.agent import AgentDeps, Budgets, LoopSettings, PriceTable, TurnLimits
 from bot.config import Settings
+from bot.delivery import Outbox, OutboxPolicy, SweepPolicy
 from bot.errors import ConfigError, UnknownPrice
-from bot.helpdesk import Destination, Helpdesk, Outbox, OutboxPolicy, TranscriptLimits
+from bot.helpdesk import CaseDeliveries, Destination, Helpdesk, TranscriptLimits
 from bot.index import OwnedIndex
 from bot.models import OFFLINE_MODEL, OfflineModel, OpenAIChatModel
 from bot.pending import PendingActions
 from bot.policy_tools import Searcher, policy_tools
 from bot.redaction import Redactor
-from bot.runtime import Admission, Metrics, RunSlots, SweepPolicy, UserRateLimit
+from bot.runtime import Admission, Metrics, RunSlots, UserRateLimit
 from bot.service import PolicyPal
 from bot.store import Store
 from bot.tickets import TicketBackend, build_ticket_backend
@@ -171,10 +172,11 @@ def helpdesk_for(
     """The outbox that delivers cases and the helpdesk that opens them, sharing one redactor."""
     redactor = Redactor(settings.secret_values())
     count = (lambda r: metrics.observe_delivery(r.destination, r.status)) if metrics is not None else None
-    outbox = Outbox(store, destinations, outbox_policy(settings), redactor=redactor, on_result=count)
+    outbox = Outbox(store, [CaseDeliveries(store, destinations)], outbox_policy(settings), redactor=redactor,
+                    on_result=count)
     helpdesk = Helpdesk(
         store,
-        outbox.names,
+        [d.name for d in destinations],
         budgets=budgets,
         redactor=redactor,
         limits=TranscriptLimits(result_chars=settings.helpdesk_transcript_result_chars),

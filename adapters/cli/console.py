@@ -13,7 +13,8 @@ from typing import Any, Literal, TextIO
 from adapters.destinations import destinations
 from bot.cards import when
 from bot.config import Settings
-from bot.helpdesk import DeliveryResult, case_number
+from bot.delivery import DeliveryResult
+from bot.helpdesk import case_number
 from bot.service import DecisionReply, PolicyPal, Reply
 from bot.store import utcnow
 from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
@@ -96,7 +97,7 @@ async def chat(
 async def deliver_cases(service: PolicyPal, reply: Reply, decided: DecisionReply | None, *, out: TextIO | None) -> None:
     """Deliver the helpdesk cases this exchange opened, waiting a bounded time; failures stay queued."""
     for case_id in _case_ids(reply, decided):
-        results = await service.outbox.run_once(case_id, timeout_s=DELIVERY_WAIT_S)
+        results = await service.outbox.run_once(case_number(case_id), timeout_s=DELIVERY_WAIT_S)
         if out is None:
             continue
         for result in results:

@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from bot.config import Settings
-from bot.helpdesk import DeliveryResult, Destination, HandoffCase, case_number
+from bot.delivery import DeliveryResult
+from bot.helpdesk import Destination, HandoffCase, case_number
 from bot.store import DeliveryRecord, HandoffRecord, Store, utcnow
 from bot.unicode_text import terminal_safe
 from bot.wiring import helpdesk_for
@@ -44,7 +45,7 @@ async def show_handoffs(
 
 async def _list(store: Store, limit: int, failed: bool, as_json: bool, out: TextIO) -> int:
     cases = await store.cases.recent(limit, failed_only=failed)
-    by_case = _by_case(await store.cases.deliveries([c.number for c in cases]))
+    by_case = _by_case(await store.outbox.deliveries([c.number for c in cases]))
     if as_json:
         rows = [_row_json(c, by_case[c.number]) for c in cases]
         out.write(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
@@ -60,7 +61,7 @@ async def _show(store: Store, case_id: str, as_json: bool, out: TextIO) -> int:
         out.write(f"No case {case_id}.\n")
         return 1
     case = HandoffCase.from_record(record)
-    deliveries = await store.cases.deliveries([record.number])
+    deliveries = await store.outbox.deliveries([record.number])
     if as_json:
         data = {**case.to_json(), "deliveries": [_delivery_json(d) for d in deliveries]}
         out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -78,8 +79,9 @@ async def _retry(
     destinations = list(factory(settings) if factory else [])
     try:
         outbox, _ = helpdesk_for(settings, store, destinations)
-        reset = await outbox.retry_failed(case_id)
-        results = await outbox.run_once(case_id)
+        number = case_number(case_id) if case_id else None
+        reset = await outbox.retry_failed(number)
+        results = await outbox.run_once(number)
     finally:
         await _close_all(destinations)
     out.write(f"{reset} failed deliveries put back in the outbox; {len(results)} attempted now.\n")
@@ -120,7 +122,8 @@ def age(moment: datetime, now: datetime | None = None) -> str:
 def _by_case(deliveries: Sequence[DeliveryRecord]) -> dict[int, list[DeliveryRecord]]:
     grouped: dict[int, list[DeliveryRecord]] = defaultdict(list)
     for delivery in deliveries:
-        grouped[delivery.case_number].append(delivery)
+        if delivery.case_number is not None:
+            grouped[delivery.case_number].append(delivery)
     return grouped
 
 

@@ -4,8 +4,8 @@ Also the owner-only Unix socket beside the embedded index, through which ``polic
 its paths to the server that holds the index.
 """
 
-from adapters.server.app import build_app, platform_notifiers, run_server
+from adapters.server.app import build_app, run_server
 from adapters.server.index_socket import ROUTE as INDEX_ROUTE
 from adapters.server.index_socket import Forwarded, forward_index, socket_path
 
-__all__ = ["INDEX_ROUTE", "Forwarded", "build_app", "forward_index", "platform_notifiers", "run_server", "socket_path"]
+__all__ = ["INDEX_ROUTE", "Forwarded", "build_app", "forward_index", "run_server", "socket_path"]

@@ -32,9 +32,9 @@ from adapters.server.health import QuietProbesAccessLogger, add_health_routes, c
 from adapters.server.index_socket import serving, socket_path
 from bot.config import Settings
 from bot.config_check import find_problems, report
-from bot.delivery import Notifiers
+from bot.delivery import Sweeper
 from bot.redaction import Redactor
-from bot.runtime import Sweeper, configure_json_logging
+from bot.runtime import configure_json_logging
 from bot.service import PolicyPal
 from bot.wiring import open_service, sweep_policy
 from retrieval import IndexingStopped, format_report, load_for_index
@@ -102,13 +102,14 @@ async def _warm_up(service: PolicyPal) -> None:
 
 
 async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
-    """Deliver helpdesk cases while the server runs (any number of replicas may run one)."""
+    """Deliver outbox rows while the server runs (any number of replicas may run one)."""
     outbox = app[SERVICE].outbox
     task = asyncio.create_task(outbox.run_forever(), name="handoff-outbox")
     yield
     outbox.stop()  # finish what is in flight, so a half-posted case is not posted again after a restart
     with contextlib.suppress(asyncio.CancelledError, TimeoutError):
         await asyncio.wait_for(task, outbox.policy.deliver_timeout_s + 1)
+    await outbox.drain(outbox.post_policy.deliver_timeout_s)
 
 
 async def _index_socket(app: web.Application) -> AsyncIterator[None]:
@@ -151,7 +152,7 @@ def _operations(sweep: bool) -> Callable[[web.Application], AsyncIterator[None]]
         if not sweep:
             yield
             return
-        sweeper = Sweeper(service, platform_notifiers(app, service), sweep_policy(app[SETTINGS]))
+        sweeper = Sweeper(service, sweep_policy(app[SETTINGS]))
         task = asyncio.create_task(sweeper.run_forever(), name="sweeper")
         yield
         sweeper.stop()
@@ -161,23 +162,6 @@ def _operations(sweep: bool) -> Callable[[web.Application], AsyncIterator[None]]
             await sweeper.forget_me()
 
     return context
-
-
-def platform_notifiers(app: web.Application, service: PolicyPal) -> Notifiers:
-    """A notifier for each platform running on this app, so recovery can post in their threads."""
-    from adapters.slack import SLACK
-    from adapters.teams import TEAMS
-
-    notifiers = Notifiers(service.store)
-    if SLACK in app:
-        from adapters.slack import SlackNotifier
-
-        notifiers.register("slack", SlackNotifier(app[SLACK].bridge.poster))
-    if TEAMS in app:
-        from adapters.teams import TeamsNotifier
-
-        notifiers.register("teams", TeamsNotifier(app[TEAMS].connector))
-    return notifiers
 
 
 async def _drain(app: web.Application) -> None:

@@ -1,15 +1,15 @@
 """Slack: slack-bolt's AsyncApp at /slack/events on the shared aiohttp app, and Socket Mode.
 
-Events and button clicks get their 200 as soon as their signature checks out; bolt routes them
-afterwards, in a task the server holds and waits for at shutdown, and in a burst only after the
-other acks (adapters/slack/tasks.py: measured with benchmarks/slack_ack.py). Bolt runs
-with ``process_before_response=True`` so its listeners run inline there (and in Socket Mode, where
-bolt acks after dispatch), and each listener only calls ``ack()`` and hands the slow work to another
-held task: Slack's 3-second limit is never near, and no run is left to a weakly referenced future.
+Events and button clicks are written to the inbox as soon as their signature checks out, and get
+their 200 (or their Socket Mode ack) only once written (adapters/slack/intake.py): nothing Slack was
+told we have can be lost. The inbox then runs each one through bolt, in a task it holds, and in a
+burst only after the other acks (adapters/slack/tasks.py: measured with benchmarks/slack_ack.py);
+bolt's listeners (``process_before_response=True``: inline) do the work under the item's lease.
+Replies are outbox rows, posted by ``adapters.slack.sender``.
 
-Retried deliveries never run twice: ``service.handle_message`` claims the envelope's event id in
-the database, which holds across processes and restarts (Slack has also been seen to redeliver
-with ``retry_attempt`` 0, so the retry headers alone are never trusted).
+Retried deliveries never run twice: the inbox is keyed by the event id, which holds across processes
+and restarts (Slack has also been seen to redeliver with ``retry_attempt`` 0, so the retry headers
+alone are never trusted).
 
 Start-up fails loudly on what would otherwise look like a bot ignoring people: a half-set
 configuration, a token of the wrong kind, a token Slack rejects (auth.test). Events addressed to
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,19 +39,20 @@ from adapters.app_keys import SERVICE
 from adapters.slack.blocks import CANCEL, CONFIRM, HANDOFF, HELPFUL, NOT_HELPFUL
 from adapters.slack.flows import Click, SlackBridge, Where
 from adapters.slack.inbound import BotIdentity, skip_reason, thread_of
-from adapters.slack.post import SlackPoster, slack_error, web_client
+from adapters.slack.intake import KIND, InboxSocketModeHandler, Intake, inbox_key, retry_headers
+from adapters.slack.post import SlackPoster, SlackWriter, slack_error, web_client
+from adapters.slack.sender import SlackSender
 from adapters.slack.tasks import AckFirst
 from adapters.slack.users import UserDirectory
 from bot.config import Settings
 from bot.errors import ConfigError
 from bot.identity import GroupMap
-from bot.runtime import BackgroundTasks
 from bot.service import PolicyPal
+from bot.store import InboxRecord
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
-ACK_FIRST = frozenset({"event_callback", "block_actions"})  # payloads whose whole answer is an empty 200
 SOCKET_CONNECT_S = 30.0
 DRAIN_GRACE_S = 10.0  # beyond the run deadline, for the reply to be posted
 
@@ -73,12 +74,24 @@ class SlackRuntime:
     bolt: AsyncApp
     client: AsyncWebClient
     bridge: SlackBridge
-    tasks: BackgroundTasks
     gate: AckFirst
     bot: BotIdentity
     session: aiohttp.ClientSession
     socket_mode: AsyncSocketModeHandler | None = None
     verifier: SignatureVerifier | None = None
+
+    async def intake(self, body: dict[str, Any], headers: dict[str, Any]) -> bool:
+        """Write a request to the inbox (its work starts after the acks); False for a redelivery."""
+        key = inbox_key(body)
+        assert key is not None
+        return await self.bridge.service.inbox.accept(key, "slack", KIND, {"body": body, "headers": headers})
+
+    async def work(self, item: InboxRecord) -> None:
+        """An inbox item's work: its request routed by bolt to the listeners, which run it here."""
+        request = AsyncBoltRequest(mode="socket_mode", body=item.payload["body"], headers=item.payload.get("headers"))
+        response = await self.bolt.async_dispatch(request)
+        if response.status >= 500:  # a listener failed (logged by bolt's error handler): the inbox retries
+            raise RuntimeError(f"Slack request {item.id}: bolt answered {response.status}")
 
     def signed_by_slack(self, body: str, headers: Mapping[str, str]) -> bool:
         """Slack's v0 signature over the body, within five minutes of now."""
@@ -86,12 +99,6 @@ class SlackRuntime:
             return self.verifier is not None and self.verifier.is_valid_request(body, headers)
         except ValueError:  # a timestamp that is not a number
             return False
-
-    async def dispatch(self, request: AsyncBoltRequest) -> None:
-        """Bolt's routing of an already acknowledged request: verification again, then the listeners."""
-        response = await self.bolt.async_dispatch(request)
-        if response.status != 200:
-            log.warning("bolt answered %s to an acknowledged Slack request: %s", response.status, response.body)
 
     async def stop_receiving(self) -> None:
         """Leave Socket Mode: Slack sends new events to another connection; replies still go out over the Web API.
@@ -106,9 +113,10 @@ class SlackRuntime:
         log.info("Slack Socket Mode closed: new events go to other connections")
 
     async def close(self, drain_s: float) -> None:
-        """Stop taking events, let running work finish, then release the HTTP session."""
+        """Stop taking events, let running work finish (the inbox's), then release the HTTP session."""
         await self.stop_receiving()
-        await self.tasks.drain(drain_s)
+        await self.bridge.service.inbox.drain(drain_s)
+        await self.bridge.service.outbox.drain(drain_s)
         await self.session.close()
 
 
@@ -176,12 +184,13 @@ def add_slack_routes(app: web.Application, settings: Settings) -> None:
 
 
 async def slack_events(request: web.Request) -> web.Response:
-    """Verify, then answer: events and clicks get their 200 before bolt even routes them.
+    """Verify, write down, then answer: events and clicks get their 200 once they are in the inbox.
 
     Slack needs nothing but a 200 for ``event_callback`` and ``block_actions``, so the signature is
-    checked here (slack_sdk's SignatureVerifier, as bolt does) and bolt's dispatch runs in a held task
-    after the response, once no other request is being acknowledged (``AckFirst``). Anything else
-    (url_verification, ssl_check) is answered by bolt inline.
+    checked here (slack_sdk's SignatureVerifier, as bolt does) and the request written to the inbox;
+    bolt routes it afterwards, once no other request is being acknowledged (``AckFirst``). A request
+    that cannot be written gets a 503, so Slack delivers it again. Anything else (url_verification,
+    ssl_check) is answered by bolt inline.
     """
     runtime = request.app[SLACK]
     with runtime.gate.acknowledging():
@@ -197,8 +206,12 @@ async def _acknowledge(runtime: SlackRuntime, request: web.Request) -> web.Respo
             EVENTS_PATH,
         )
         return web.Response(status=401, text="invalid request signature")
-    if bolt_request.body.get("type") in ACK_FIRST:
-        runtime.tasks.spawn(runtime.dispatch(bolt_request), name="slack-dispatch")
+    if inbox_key(bolt_request.body) is not None:
+        try:
+            await runtime.intake(bolt_request.body, retry_headers(request.headers))
+        except Exception:
+            log.exception("a Slack request could not be written down; answering 503 so Slack delivers it again")
+            return web.Response(status=503, text="not written down yet; deliver again")
         return web.Response(status=200)
     return await to_aiohttp_response(await runtime.bolt.async_dispatch(bolt_request))
 
@@ -256,14 +269,31 @@ def _runtime(
     bot: BotIdentity,
     session: aiohttp.ClientSession,
 ) -> SlackRuntime:
-    bridge = SlackBridge(service, SlackPoster(client, bot), UserDirectory(client, groups), bot)
+    writer = SlackWriter(client, bot)
+    bridge = SlackBridge(service, SlackPoster(client, bot), writer, UserDirectory(client, groups), bot)
     gate = AckFirst()
-    tasks = BackgroundTasks("Slack", admit=gate.then)  # each starts after the acks of a burst
     bolt = build_bolt_app(credentials, web_client(None, session, credentials.api_url), bot)
-    register_listeners(bolt, bridge, tasks)
-    socket_mode = socket_mode_handler(bolt, credentials, client)
+    register_listeners(bolt, bridge)
     verifier = SignatureVerifier(credentials.signing_secret) if credentials.signing_secret else None
-    return SlackRuntime(bolt, client, bridge, tasks, gate, bot, session, socket_mode, verifier)
+    runtime = SlackRuntime(bolt, client, bridge, gate, bot, session, None, verifier)
+    runtime.socket_mode = socket_mode_handler(bolt, credentials, client, runtime.intake)
+    # Each item's work starts after the acks of a burst; replies go out through the outbox.
+    service.inbox.register(KIND, runtime.work, on_failure=_tell_failure(bridge), admit=gate.then)
+    service.outbox.register(SlackSender(writer, service))
+    return runtime
+
+
+def _tell_failure(bridge: SlackBridge) -> Callable[[InboxRecord, str], Awaitable[None]]:
+    async def failed(item: InboxRecord, error: str) -> None:
+        body = item.payload.get("body") or {}
+        event = body.get("event") or {}
+        if event.get("channel") and event.get("user"):
+            await bridge.failed(Where(str(event["channel"]), thread_of(event), str(event["user"])), item.id)
+        elif body.get("type") == "block_actions" and body.get("actions"):
+            click = Click.from_payload(body, body["actions"][0])
+            await bridge.failed(click.where, item.id)
+
+    return failed
 
 
 async def connect_socket_mode(handler: AsyncSocketModeHandler, client: AsyncWebClient) -> None:
@@ -364,19 +394,20 @@ def _bolt_logger() -> logging.Logger:
 
 
 def socket_mode_handler(
-    bolt: AsyncApp, credentials: SlackCredentials, client: AsyncWebClient
+    bolt: AsyncApp, credentials: SlackCredentials, client: AsyncWebClient, intake: Intake
 ) -> AsyncSocketModeHandler | None:
-    """Bolt's Socket Mode handler when SLACK_APP_TOKEN is set; the server connects it at start."""
+    """Socket Mode (inbox write before the ack) when SLACK_APP_TOKEN is set; the server connects it at start."""
     if not credentials.app_token:
         return None
-    return AsyncSocketModeHandler(bolt, app_token=credentials.app_token, web_client=client)
+    return InboxSocketModeHandler(bolt, intake, app_token=credentials.app_token, web_client=client)
 
 
-def register_listeners(bolt: AsyncApp, bridge: SlackBridge, tasks: BackgroundTasks) -> None:
-    """Each listener acks at once and hands its work to ``tasks``; nothing slow runs before the ack."""
+def register_listeners(bolt: AsyncApp, bridge: SlackBridge) -> None:
+    """Each listener does its item's work inline: the request was acknowledged when it was written down."""
 
-    def start(job: Coroutine[Any, Any, None], where: Where, what: str) -> None:
-        tasks.spawn(bridge.guarded(job, where, what), name=f"slack-{what}")
+    async def start(job: Coroutine[Any, Any, None], where: Where, what: str) -> None:
+        log.debug("slack %s in %s/%s", what, where.channel, where.thread_ts)
+        await job
 
     async def on_message(ack: Any, body: dict[str, Any], event: dict[str, Any], request: Any) -> None:
         await ack()
@@ -386,11 +417,11 @@ def register_listeners(bolt: AsyncApp, bridge: SlackBridge, tasks: BackgroundTas
             return
         _log_retry(request, body)
         where = Where(str(event["channel"]), thread_of(event), str(event["user"]))
-        start(bridge.answer(event, body), where, "message")
+        await start(bridge.answer(event, body), where, "message")
 
     async def on_thread_started(ack: Any, event: dict[str, Any]) -> None:
         await ack()
-        tasks.spawn(bridge.assistant_thread_started(event), name="slack-assistant-thread")
+        await bridge.assistant_thread_started(event)
 
     async def ack_only(ack: Any) -> None:
         await ack()
@@ -403,14 +434,14 @@ def register_listeners(bolt: AsyncApp, bridge: SlackBridge, tasks: BackgroundTas
     bolt.error(_on_bolt_error)
 
 
-def _register_actions(bolt: AsyncApp, bridge: SlackBridge, start: Callable[..., None]) -> None:
+def _register_actions(bolt: AsyncApp, bridge: SlackBridge, start: Callable[..., Awaitable[None]]) -> None:
     def on_click(make_job: Callable[[Click], Coroutine[Any, Any, None]], what: str) -> Callable[..., Any]:
         async def listener(ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
             await ack()
             if _for_another_app(body, bridge.bot):
                 return
             click = Click.from_payload(body, action)
-            start(make_job(click), click.where, what)
+            await start(make_job(click), click.where, what)
 
         return listener
 
@@ -444,4 +475,4 @@ def _log_retry(request: Any, body: dict[str, Any]) -> None:
 
 
 async def _on_bolt_error(error: Exception, body: dict[str, Any]) -> None:
-    log.error("Slack request failed before its work started (%s)", type(error).__name__, exc_info=error)
+    log.error("Slack request failed (%s); the inbox runs it again", type(error).__name__, exc_info=error)

@@ -12,13 +12,10 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from adapters.slack.mrkdwn import escape, to_mrkdwn
-from bot import cards as wording
-from bot.cards import when
-from bot.store import PendingRecord
+from bot.cards import CardView, when
 from bot.types import Answer, Citation, GaveUp, PendingAction
 
 Block = dict[str, Any]
@@ -258,13 +255,40 @@ def card_message(action: PendingAction) -> SlackMessage:
     return SlackMessage(f"Please confirm: {_summary(action.arguments)}", blocks)
 
 
-def decided_card_message(record: PendingRecord, case_id: str | None = None) -> SlackMessage:
-    """The card after a decision (or expiry): same body, buttons gone, who decided, when, and the result."""
-    line = status_line(record)
-    if case_id:
-        line += f" Helpdesk case *{escape(case_id)}* will follow up."
-    blocks = [*_card_body(record.text, record.tool, record.arguments), context(line)]
-    return SlackMessage(f"{_summary(record.arguments)}: {_plain(line)}", blocks)
+def card_view_message(view: CardView) -> SlackMessage:
+    """The card as it stands: open with its buttons, or the same body with who decided, when, and the result."""
+    if view.buttons:
+        action = PendingAction(view.pending_id, view.tool, view.arguments, view.args_hash, view.requester,
+                               view.text, view.expires_at)
+        return card_message(action)
+    line = f"{STATE_MARKS.get(view.state, '')} {status_line(view)}".strip()
+    blocks = [*_card_body(view.text, view.tool, view.arguments), context(line)]
+    return SlackMessage(f"{_summary(view.arguments)}: {_plain(line)}", blocks)
+
+
+def status_line(view: CardView) -> str:
+    """The card's state in Slack's words: mentions for people, bold ids, the ticket's link."""
+    return view.status(mention, strong=lambda text: f"*{escape(text)}*", ticket=_ticket_link)
+
+
+def mention(user_id: str) -> str:
+    return f"<@{user_id}>"
+
+
+STATE_MARKS = {
+    "working": ":hourglass_flowing_sand:",
+    "executing": ":hourglass_flowing_sand:",
+    "done": ":white_check_mark:",
+    "failed": ":warning:",
+    "unknown": ":warning:",
+    "cancelled": ":heavy_multiplication_x:",
+    "expired": ":hourglass:",
+}
+
+
+def _ticket_link(ticket_id: str, url: str | None) -> str:
+    label = f"*{escape(ticket_id)}*"
+    return f"<{url}|{label}>" if url else label
 
 
 def _card_body(text: str, tool: str, arguments: dict[str, Any]) -> list[Block]:
@@ -291,36 +315,6 @@ def _summary(arguments: dict[str, Any]) -> str:
 
 def _plain(mrkdwn: str) -> str:
     return re.sub(r"<@([A-Z0-9]+)>", r"@\1", mrkdwn).replace("*", "")
-
-
-def status_line(record: PendingRecord) -> str:
-    """Who decided, when, and what came of it, for each state a pending action can be in."""
-    by = f"<@{record.decider}> at {when(record.decided_at)}" if record.decider else ""
-    result = record.result or {}
-    lines = {
-        "open": f"Waiting for <@{record.requester}> to confirm. Expires {when(record.expires_at)}.",
-        "executing": f":hourglass_flowing_sand: Confirmed by {by}. Creating it now…",
-        "done": f":white_check_mark: Confirmed by {by}. {_result_words(result)}",
-        "failed": f":warning: Confirmed by {by}, but it failed: {escape(str(result.get('error', 'unknown error')))}",
-        "cancelled": f":heavy_multiplication_x: Cancelled by {by}. Nothing was created.",
-        "expired": f":hourglass: {wording.expired(record.expires_at)}",
-        "unknown": f":warning: Confirmed by {by}, but PolicyPal stopped while creating it. A person will check.",
-    }
-    return lines.get(record.state, f"State: {record.state}")
-
-
-def _result_words(result: dict[str, Any]) -> str:
-    if not result.get("ticket_id"):
-        return "Done."
-    ticket, url = escape(str(result["ticket_id"])), result.get("url")
-    return f"Ticket <{url}|*{ticket}*> created." if url else f"Ticket *{ticket}* created."
-
-
-def in_progress_card_message(record: PendingRecord, actor_id: str, at: datetime, choice: str) -> SlackMessage:
-    """The card right after the requester's click: buttons gone at once while the decision runs."""
-    line = f":hourglass_flowing_sand: <@{actor_id}> clicked {choice.capitalize()} at {when(at)}. Working on it…"
-    blocks = [*_card_body(record.text, record.tool, record.arguments), context(line)]
-    return SlackMessage(f"{_summary(record.arguments)}: working on it", blocks)
 
 
 # --- give-up, handoff, notices ---------------------------------------------------------------------

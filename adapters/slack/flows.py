@@ -1,36 +1,26 @@
-"""What happens after Slack has its ack: Slack event -> Inbound -> service -> Block Kit in the thread.
+"""What happens after Slack has its ack: Slack event -> Inbound -> service; replies come from the outbox.
 
-Each public coroutine here is one background job started by a bolt listener in adapters/slack/app.py.
-None of them raises to its caller: ``guarded`` turns an unexpected failure into a reply with a
-reference, because at the platform edge errors become replies, never silence.
+Each public coroutine here is the work of one inbox item, run by a bolt listener in
+adapters/slack/app.py under the item's lease. None of them posts a reply itself: the service commits
+what to say as outbox rows, and ``adapters.slack.sender`` renders and posts them. A failure raises to
+the inbox, which runs the item again (another process, or this one a little later) and, if it keeps
+failing, tells the person with a reference (``failed``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from adapters.slack.blocks import (
-    answer_messages,
-    card_message,
-    decided_card_message,
-    give_up_message,
-    handoff_message,
-    in_progress_card_message,
-    notice_message,
-    parse_button_value,
-)
+from adapters.slack.blocks import card_view_message, mention, notice_message, parse_button_value
 from adapters.slack.inbound import BotIdentity, conversation_key, thread_of, to_inbound
-from adapters.slack.post import SlackPoster
+from adapters.slack.post import SlackPoster, SlackWriter
 from adapters.slack.users import UserDirectory
-from bot import cards as wording
-from bot.service import DecisionReply, PolicyPal, Reply
-from bot.store import PendingRecord, utcnow
-from bot.types import Answer, Pending, PendingAction
+from bot.cards import CardView
+from bot.delivery import Address
+from bot.service import PolicyPal
 
 log = logging.getLogger(__name__)
 
@@ -86,161 +76,52 @@ class Click:
 
 
 class SlackBridge:
-    """Runs the service for Slack and renders its replies; one per process, shared by all listeners."""
+    """Runs the service for Slack; one per process, shared by all listeners."""
 
-    def __init__(self, service: PolicyPal, poster: SlackPoster, users: UserDirectory, bot: BotIdentity) -> None:
+    def __init__(
+        self, service: PolicyPal, poster: SlackPoster, writer: SlackWriter, users: UserDirectory, bot: BotIdentity
+    ) -> None:
         self.service = service
         self.poster = poster
+        self.writer = writer
         self.users = users
         self.bot = bot
-        self._deciding: set[str] = set()  # pending ids whose first click is being decided here
 
-    async def guarded(self, job: Awaitable[None], where: Where, what: str) -> None:
-        """Run a job; an unexpected failure is logged with a reference and told to the user."""
-        try:
-            await job
-        except Exception:
-            reference = "err_" + uuid.uuid4().hex[:12]
-            log.exception("Slack %s failed in %s/%s (reference %s)", what, where.channel, where.thread_ts, reference)
-            note = f":warning: Something went wrong on my side, so I couldn't finish. Reference `{reference}`."
-            await self.poster.post(where.channel, where.thread_ts, notice_message(note), user=where.user)
+    async def failed(self, where: Where, reference: str) -> None:
+        """Work that failed for good: the person hears it, with a reference to quote (best effort)."""
+        note = f":warning: Something went wrong on my side, so I couldn't finish. Reference `{reference}`."
+        await self.poster.post(where.channel, where.thread_ts, notice_message(note), user=where.user)
 
     # --- a message or mention: one run -------------------------------------------------------------
 
     async def answer(self, event: dict[str, Any], body: dict[str, Any]) -> None:
-        """Run the agent for one message and reply in its thread; a redelivered event runs nothing."""
+        """Run the agent for one message; its reply goes to the thread through the outbox."""
         channel, thread = str(event["channel"]), thread_of(event)
         user, link = await asyncio.gather(
             self.users.lookup(str(event["user"])), self.poster.permalink(channel, str(event["ts"]))
         )
         inbound = to_inbound(event, body, user, self.bot, link)
-        if not inbound.text:  # no run to dedupe it: claim the event, or every redelivery posts the hint again
-            if await self.service.claim_event("slack", inbound.event_id):
-                await self.poster.post(channel, thread, notice_message(EMPTY_QUESTION_HINT), user=user.id)
+        address = Address("slack", channel, thread, user=user.id, user_name=user.name)
+        if not inbound.text:
+            await self.service.notice(address, EMPTY_QUESTION_HINT, conversation_key=inbound.conversation_key)
             return
         # Assistant threads are DM threads; elsewhere setStatus fails quietly and nothing is shown.
-        status = bool(event.get("channel_type") == "im" and event.get("thread_ts"))
-        if status:
-            status = await self.poster.set_status(channel, thread, STATUS_WORKING)
-        reply = await self.service.handle_message(inbound)
-        if reply is None:  # a retry of an event already handled (here or by another replica)
-            if status:
-                await self.poster.set_status(channel, thread, "")
-            return
-        await self.render(reply, Where(channel, thread, user.id))
-
-    async def render(self, reply: Reply, where: Where) -> None:
-        """An outcome as Slack messages: the answer, a ticket card, or the give-up with its reference."""
-        outcome = reply.outcome
-        if isinstance(outcome, Answer):
-            messages = answer_messages(outcome, reply.run_id, actions=reply.from_a_run)
-            await self.poster.post_all(where.channel, where.thread_ts, messages, user=where.user)
-        elif isinstance(outcome, Pending):
-            await self._post_card(outcome.action, where)
-        else:
-            message = give_up_message(outcome, reply.run_id)
-            await self.poster.post(where.channel, where.thread_ts, message, user=where.user)
-
-    async def _post_card(self, action: PendingAction, where: Where) -> None:
-        ts = await self.poster.post(where.channel, where.thread_ts, card_message(action), user=where.user)
-        if ts is not None:
-            ref = {"platform": "slack", "channel": where.channel, "ts": ts, "thread_ts": where.thread_ts}
-            await self.service.pending.set_platform_message(action.id, ref)
-            return
-        case = await self.service.card_not_shown(action.id)  # nobody can confirm a card they never saw
-        if case is not None:
-            message = handoff_message(case.user_reply(), case.case_id, case.run_id)
-            await self.poster.post(where.channel, where.thread_ts, message, user=where.user)
+        if event.get("channel_type") == "im" and event.get("thread_ts"):
+            await self.poster.set_status(channel, thread, STATUS_WORKING)
+        await self.service.handle_message(inbound)
 
     # --- Confirm / Cancel --------------------------------------------------------------------------
 
     async def decide(self, click: Click, choice: Choice) -> None:
-        """Apply the requester's click; anyone else is told who may, and nothing changes.
-
-        The card shows the call's result (ticket id, or cancelled) as soon as it is known, through
-        ``on_result``; the continued run's reply follows in the thread when the model is done.
-        """
+        """A click on a card: decided once by the service; the card changes at once, then for good."""
         pending_id, args_hash = parse_button_value(click.value)
-        record = await self._requesters_record(click, pending_id, choice)
-        if record is None:
-            return
-        card_shown = False
-
-        async def on_result(early: DecisionReply) -> None:
-            nonlocal card_shown
-            card_shown = True
-            await self._show_result(click, early, record)
-
-        decided = await self._decide(click, record, choice, args_hash, on_result)
-        await self._show_decision(click, decided, record, card_shown=card_shown)
-
-    async def _requesters_record(self, click: Click, pending_id: str, choice: Choice) -> PendingRecord | None:
-        """The stored action if the clicker is its requester; otherwise a private note and None."""
-        record = await self.service.pending.get(pending_id)
-        if record is None:
-            note = "This request no longer exists."
-        elif click.user_id != record.requester:
-            note = f"Only <@{record.requester}> can {choice} this."
-        else:
-            return record
-        await self.poster.ephemeral(click.channel, click.user_id, click.thread_ts, note)
-        return None
-
-    async def _decide(
-        self,
-        click: Click,
-        record: PendingRecord,
-        choice: Choice,
-        args_hash: str,
-        on_result: Callable[[DecisionReply], Awaitable[None]],
-    ) -> DecisionReply:
-        """Buttons off at once (first click only), then the service's exactly-once decision."""
         actor = await self.users.lookup(click.user_id)
-        first = record.id not in self._deciding
-        self._deciding.add(record.id)
-        try:
-            if first and record.state == "open" and record.expires_at > utcnow():
-                working = in_progress_card_message(record, actor.id, utcnow(), choice)
-                await self.poster.update(click.channel, click.message_ts, working)
-            return await self.service.decide(record.id, actor, choice, args_hash, on_result=on_result)
-        except Exception:
-            await self._restore_if_open(click, record.id)  # ``guarded`` then tells the user
-            raise
-        finally:
-            if first:
-                self._deciding.discard(record.id)
+        address = Address("slack", click.channel, click.thread_ts, user=click.user_id, user_name=actor.name)
 
-    async def _restore_if_open(self, click: Click, pending_id: str) -> None:
-        """After a failed decision, a card nobody decided gets its buttons back instead of "Working on it…"."""
-        try:
-            fresh = await self.service.pending.get(pending_id)
-        except Exception:
-            log.exception("could not reload pending %s after a failed decision", pending_id)
-            return
-        if fresh is not None and fresh.state == "open":
-            await self.poster.update(click.channel, click.message_ts, card_message(fresh.as_action()))
+        async def show(view: CardView) -> None:
+            await self.writer.update(click.channel, click.message_ts, card_view_message(view))
 
-    async def _show_result(self, click: Click, decided: DecisionReply, before: PendingRecord) -> None:
-        """The decided card: who, when, and the ticket id or the reason it failed."""
-        fresh = await self.service.pending.get(before.id) or decided.decision.action or before
-        case_id = decided.case.case_id if decided.case else None
-        await self.poster.update(click.channel, click.message_ts, decided_card_message(fresh, case_id))
-
-    async def _show_decision(
-        self, click: Click, decided: DecisionReply, before: PendingRecord, *, card_shown: bool
-    ) -> None:
-        if decided.status in ("confirmed", "cancelled"):
-            if not card_shown:
-                await self._show_result(click, decided, before)
-            if decided.reply is not None:
-                await self.render(decided.reply, click.where)
-            return
-        fresh = await self.service.pending.get(before.id) or decided.decision.action or before
-        await self.poster.ephemeral(click.channel, click.user_id, click.thread_ts, decision_note(decided, fresh))
-        if fresh.state == "open":  # a refused click (hash mismatch): put the real buttons back
-            await self.poster.update(click.channel, click.message_ts, card_message(fresh.as_action()))
-        elif fresh.state != "executing":  # executing: the winning click updates the card when it is done
-            await self.poster.update(click.channel, click.message_ts, decided_card_message(fresh))
+        await self.service.click(pending_id, actor, choice, args_hash, address=address, who=mention, show=show)
 
     # --- feedback and handoff ----------------------------------------------------------------------
 
@@ -248,7 +129,8 @@ class SlackBridge:
         """Store helpful / not helpful with the run's trace; only the clicker sees the thanks."""
         saved = await self.service.feedback(click.value, rating, click.user_id)
         note = "Thanks, your feedback is saved with this answer." if saved else "I couldn't find that answer's record."
-        await self.poster.ephemeral(click.channel, click.user_id, click.thread_ts, note)
+        address = Address("slack", click.channel, click.thread_ts, user=click.user_id)
+        await self.service.note(address, note)
 
     async def handoff(self, click: Click) -> None:
         """Hand the thread to the helpdesk on request; the reply names the case."""
@@ -256,8 +138,8 @@ class SlackBridge:
         link = await self.poster.permalink(click.channel, click.thread_ts)
         key = conversation_key(click.team_id, click.channel, click.thread_ts)
         case = await self.service.request_handoff(key, user, link=link)
-        message = handoff_message(case.message, case.case_id)
-        await self.poster.post(click.channel, click.thread_ts, message, user=click.user_id)
+        address = Address("slack", click.channel, click.thread_ts, user=click.user_id, user_name=user.name)
+        await self.service.notice(address, case.message, conversation_key=key, case_id=case.case_id)
 
     # --- assistant threads -------------------------------------------------------------------------
 
@@ -265,14 +147,3 @@ class SlackBridge:
         thread = event.get("assistant_thread") or {}
         if thread.get("channel_id") and thread.get("thread_ts"):
             await self.poster.suggest_prompts(str(thread["channel_id"]), str(thread["thread_ts"]), SUGGESTED_PROMPTS)
-
-
-def decision_note(decided: DecisionReply, record: PendingRecord) -> str:
-    """What a refused or late click is told, with Slack mentions instead of raw user ids."""
-    if decided.status == "expired":
-        return wording.expired(record.expires_at)
-    if decided.status == "already_decided" and record.decider:
-        return wording.already_decided(record.state, f"<@{record.decider}>", record.decided_at)
-    if decided.status == "not_requester":
-        return f"Only <@{record.requester}> can decide this."
-    return decided.decision.message

@@ -13,7 +13,8 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.helpdesk import Delivery, HandoffCase, reason_label
+from bot.delivery import Delivery
+from bot.helpdesk import HandoffCase, reason_label
 
 CHUNK_CHARS = 3_500  # under Slack's 4,000-character guidance for one message's text
 MAX_THREAD_MESSAGES = 15
@@ -62,7 +63,7 @@ class SlackChannelDestination:
         async def remember(progress: str) -> None:
             self._progress[case.case_id] = progress
 
-        delivery = Delivery(key="", progress=self._progress.get(case.case_id), save=remember)
+        delivery = Delivery(row_id=0, key="", progress=self._progress.get(case.case_id), save=remember)
         ref = await self.deliver_tracked(case, delivery)
         self._progress.pop(case.case_id, None)
         return ref

@@ -90,6 +90,7 @@ def to_inbound(
         text=question_text(str(event.get("text") or ""), bot.user_id),
         event_id=str(body.get("event_id") or f"{event['channel']}:{event['ts']}"),
         link=link,
+        starts_thread=not event.get("thread_ts"),  # a top-level message opens its thread: no history to read
     )
 
 

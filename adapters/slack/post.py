@@ -1,9 +1,10 @@
-"""Every Web API write PolicyPal makes, with Slack's errors turned into logs and user-facing notes.
+"""Every Web API call PolicyPal makes, on slack_sdk's client.
 
-Retries of rate limits (honouring Retry-After), 500/503 and dropped connections are the client's
-retry handlers' job (see ``web_client``). What still fails after them never raises from here: a
-channel the bot cannot post in is logged as an error naming the channel and the fix, and the user is
-told in a direct message, so nobody is left talking to a bot that seems to ignore them.
+Retries of rate limits (honouring Retry-After), 500/503 and dropped connections within one call are
+the client's retry handlers' job (see ``web_client``). ``SlackWriter`` makes the writes the outbox
+sends and raises what still fails as a ``RemoteError`` whose kind says whether trying again can help
+(the outbox retries, or hands the write to a person). ``SlackPoster`` makes the calls a reply can do
+without (a permalink, the status line, suggested prompts): they never raise.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import SlackMessage
 from adapters.slack.inbound import BotIdentity
+from bot.errors import RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,90 @@ def slack_error(exc: BaseException) -> str:
     if isinstance(exc, SlackApiError):
         return str(exc.response.get("error") or exc.response.status_code)
     return type(exc).__name__
+
+
+# Answers that mean Slack is having trouble, not that the request is wrong: worth another attempt.
+TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"})
+METADATA_TYPE = "policypal_post"  # on every message PolicyPal posts: which outbox row, which part
+
+
+def as_remote(exc: BaseException, method: str, channel: str) -> RemoteError:
+    """A failed Web API call as the outbox reads it: Slack's error code, and whether a retry can help."""
+    if isinstance(exc, SlackApiError):
+        error, status = slack_error(exc), exc.response.status_code
+        kind = "unavailable" if error in TRANSIENT_ERRORS or status >= 500 else "validation"
+        if error == "ratelimited" or status == 429:
+            kind = "rate_limited"
+        return RemoteError(f"Slack {method} in {channel}: {error}", kind=kind, status=status)
+    if isinstance(exc, TimeoutError | aiohttp.ClientError | OSError):
+        return RemoteError(f"Slack {method} in {channel}: {type(exc).__name__}", kind="unavailable")
+    return RemoteError(f"Slack {method} in {channel}: {type(exc).__name__}: {exc}", kind="protocol")
+
+
+class SlackWriter:
+    """The writes the outbox sends: each returns what Slack answered, or raises a ``RemoteError``.
+
+    Every message carries its outbox row and part in its metadata, so after a crash the writer can
+    look for a post it may already have made (``find``) instead of making it twice.
+    """
+
+    def __init__(self, client: AsyncWebClient, bot: BotIdentity) -> None:
+        self.client = client
+        self.bot = bot
+
+    async def post(self, channel: str, thread_ts: str | None, message: SlackMessage, *, row: int, part: int) -> str:
+        """Post in a thread (or the channel); the new message's ts."""
+        metadata = {"event_type": METADATA_TYPE, "event_payload": {"row": row, "part": part}}
+        extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
+        try:
+            response = await self.client.chat_postMessage(
+                channel=channel, unfurl_links=False, unfurl_media=False, metadata=metadata, **extra,
+                **message.payload(),
+            )
+        except Exception as exc:
+            raise self._refused("chat.postMessage", exc, channel) from None
+        return str(response["ts"])
+
+    async def update(self, channel: str, ts: str, message: SlackMessage) -> None:
+        """Replace a message in place (a card's new state)."""
+        try:
+            await self.client.chat_update(channel=channel, ts=ts, **message.payload())
+        except Exception as exc:
+            raise self._refused("chat.update", exc, channel) from None
+
+    async def ephemeral(self, channel: str, user: str, thread_ts: str | None, text: str) -> None:
+        """A note only ``user`` sees, in the thread they clicked in."""
+        extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
+        try:
+            await self.client.chat_postEphemeral(channel=channel, user=user, text=text, **extra)
+        except Exception as exc:
+            raise self._refused("chat.postEphemeral", exc, channel) from None
+
+    async def find(self, channel: str, thread_ts: str | None, *, row: int, part: int) -> str | None:
+        """The ts of a message this row's earlier attempt posted, if Slack has it."""
+        try:
+            response = await self.client.conversations_replies(
+                channel=channel, ts=thread_ts or "", include_all_metadata=True, limit=200
+            )
+        except Exception as exc:  # cannot look: posting again risks a duplicate, not posting risks silence
+            log.warning("conversations.replies failed in %s: %s; posting again", channel, slack_error(exc))
+            return None
+        for message in response.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == METADATA_TYPE and payload == {"row": row, "part": part}:
+                return str(message["ts"])
+        return None
+
+    def _refused(self, method: str, exc: Exception, channel: str) -> RemoteError:
+        remote = as_remote(exc, method, channel)
+        if slack_error(exc) in CHANNEL_ERRORS:
+            log.error(
+                "Slack %s failed in channel %s: %s. Invite the bot there (/invite @%s), or check that "
+                "SLACK_BOT_TOKEN belongs to the workspace the events come from (%s).",
+                method, channel, slack_error(exc), self.bot.name or "PolicyPal", self.bot.team_id,
+            )
+        return remote
 
 
 class SlackPoster:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -9,6 +10,8 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.post import as_remote
+from bot.errors import RemoteError
 from bot.identity import GroupMap
 from bot.runtime import ExpiringCache
 from bot.types import UserRef
@@ -17,6 +20,7 @@ log = logging.getLogger(__name__)
 
 USER_TTL_S = 600.0
 MAX_USERS = 5_000
+LOOKUP_RETRY_S = (0.5, 1.0, 2.0)  # pauses between users.info attempts while Slack says "try again"
 
 
 def user_ref(user: dict[str, Any], groups: GroupMap) -> UserRef:
@@ -57,10 +61,28 @@ class UserDirectory:
         return known or UserRef(id=user_id, groups=self._groups.groups_for(user_id), is_guest=True)
 
     async def _fetch(self, user_id: str) -> UserRef | None:
-        """users.info; None (not cached, so the next message asks again) when Slack cannot say who it is."""
+        """users.info; None (not cached, so the next message asks again) when Slack says it cannot tell.
+
+        A failure that may pass (Slack's internal_error, a 5xx, a timeout) is tried again briefly, then
+        raised as a ``RemoteError``: the inbox retries the message later. Treating an employee as a
+        guest because Slack hiccupped would refuse them their ticket; only a lasting answer (a missing
+        scope, an unknown user, a malformed body) makes them a guest.
+        """
+        for attempt, pause_s in enumerate(LOOKUP_RETRY_S, start=1):
+            try:
+                return await self._ask(user_id)
+            except RemoteError as exc:
+                log.warning("users.info failed for %s (attempt %d: %s); trying again", user_id, attempt, exc)
+                await asyncio.sleep(pause_s)
+        return await self._ask(user_id)  # the last try: a RemoteError now goes to the inbox
+
+    async def _ask(self, user_id: str) -> UserRef | None:
         try:
             response = await self._client.users_info(user=user_id)
             return user_ref(response["user"], self._groups)
-        except Exception as exc:  # any failure: SlackApiError, a connection error after retries, a bad body
+        except Exception as exc:  # SlackApiError, a connection error after slack_sdk's retries, a bad body
+            remote = as_remote(exc, "users.info", user_id)
+            if remote.retryable:
+                raise remote from exc
             log.error("users.info failed for %s (%s); treating the user as a guest for this request", user_id, exc)
             return None

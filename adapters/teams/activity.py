@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from adapters.teams.dedupe import event_id
+from bot.delivery import Address
 from bot.identity import GroupMap
 from bot.types import Inbound, UserRef
 
@@ -109,6 +110,12 @@ def to_inbound(activity: Activity, user: UserRef) -> Inbound:
     )
 
 
+def address_of(activity: Activity, user: UserRef) -> Address:
+    """Where the outbox posts the answer to this activity: its thread, by the stored reference."""
+    channel, thread = channel_and_thread(activity)
+    return Address("teams", channel, thread, reference_of(activity), user.id, user.name)
+
+
 def conversation_key(activity: Activity, user: UserRef) -> str:
     """The key ``handle_message`` used for this activity's thread, for clicks that refer back to it."""
     return to_inbound(activity, user).conversation_key
@@ -127,6 +134,24 @@ def reference_of(activity: Activity) -> dict[str, Any]:
         "serviceUrl": activity.get("serviceUrl"),
         "locale": activity.get("locale"),
     }
+
+
+def clicked_card(activity: Activity) -> tuple[dict[str, Any], str | None]:
+    """The reference and activity id of the message an ``adaptiveCard/action`` invoke came from.
+
+    The conversation is the one the invoke names, as it names it: that is where the card is.
+    """
+    reference = reference_of(activity)
+    reference["conversation"] = dict(activity.get("conversation") or {})
+    card_id = activity.get("replyToId")
+    return reference, str(card_id) if card_id else None
+
+
+def thread_of_reference(reference: dict[str, Any]) -> tuple[str, str]:
+    """(channel, thread) a stored reference posts to: the reply chain's root, or the chat itself."""
+    conversation = str((reference.get("conversation") or {}).get("id") or "")
+    channel, _, root = conversation.partition(THREAD_MARKER)
+    return channel, root or channel
 
 
 def deep_link(activity: Activity) -> str | None:

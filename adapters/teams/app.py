@@ -13,6 +13,11 @@ Authentication modes, chosen from settings at start:
 * Neither, with ``POLICYPAL_TEAMS_ALLOW_UNAUTHENTICATED=1``: no token checks, for the Bot Framework
   Emulator and tests. Logged loudly at start.
 * Neither: /api/messages answers 401 to everything.
+
+Every activity the bot acts on is written to the inbox inside the turn, before the HTTP answer
+(adapters/teams/handler.py). The SDK runs the turn inside ``adapter.process`` and would swallow an
+exception there (``on_turn_error``), so a write that fails is reported out of the turn through
+``_INTAKE`` and answered with a 503: Bot Framework then delivers the activity again.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import jwt
 from aiohttp import web
@@ -34,10 +39,12 @@ from botbuilder.core.teams import TeamsActivityHandler
 from botbuilder.integration.aiohttp import CloudAdapter, ConfigurationBotFrameworkAuthentication
 from botbuilder.schema import Activity, AdaptiveCardInvokeResponse, ChannelAccount, ConversationReference
 from botframework.connector.aio import ConnectorClient
+from msrest.serialization import Model
 from urllib3 import Retry
 
 from adapters.app_keys import SERVICE
 from adapters.teams.activity import parse_tenants
+from adapters.teams.connector import http_status
 from adapters.teams.handler import TeamsBot, TeamsOptions
 from bot.config import Settings
 from bot.delivery import RetryPolicy, Transient, with_retries
@@ -54,6 +61,20 @@ CARD_ACTION = "adaptiveCard/action"
 # The activity exactly as posted: the SDK's model objects drop fields Teams sends (mention text,
 # conversation.tenantId), and the bot works on protocol JSON anyway.
 _RAW_ACTIVITY: contextvars.ContextVar[Json | None] = contextvars.ContextVar("teams_raw_activity", default=None)
+
+
+@dataclass
+class _Written:
+    """Whether the turn could write its activity down; the HTTP answer is a 503 when it could not."""
+
+    ok: bool = True
+
+
+_INTAKE: contextvars.ContextVar[_Written | None] = contextvars.ContextVar("teams_intake", default=None)
+
+# The connector's own retries of throttling and overload, within the outbox's time for one attempt
+# (20 s): beyond that the outbox retries the row later, from any process.
+SEND_RETRY = RetryPolicy(attempts=4, first_s=0.5, max_wait_s=5.0, total_s=15.0)
 
 
 APP_TYPES = {name.lower(): name for name in ("MultiTenant", "SingleTenant", "UserAssignedMSI")}
@@ -113,12 +134,17 @@ class TeamsEndpoint:
         self.settings = settings
         self.mode = auth_mode(settings)
         self.adapter = build_adapter(settings)
-        self.connector = BotFrameworkConnector(self.adapter, settings.microsoft_app_id)
+        self.connector = BotFrameworkConnector(self.adapter, settings.microsoft_app_id, retry=SEND_RETRY)
         self.handler: _Handler | None = None
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
-        """Runs after the service context (appended later), so the service is open; drains work at stop."""
+        """Runs after the service context (appended later), so the service is open; drains work at stop.
+
+        Registers the inbox kinds and the outbox sender first: from here on this process does Teams
+        work, its own and whatever the sweeper hands it from dead processes.
+        """
         bot = TeamsBot(app[SERVICE], self.connector, options_from(self.settings))
+        bot.register()
         self.handler = _Handler(bot)
         yield
         await bot.drain()
@@ -132,7 +158,8 @@ class TeamsEndpoint:
         raw = await _json_body(request)
         if raw is None:  # the SDK would answer a missing, unreadable or non-object body with a 500
             return web.json_response({"error": "the body must be a JSON activity"}, status=400)
-        token = _RAW_ACTIVITY.set(raw)
+        written = _Written()
+        token, intake = _RAW_ACTIVITY.set(raw), _INTAKE.set(written)
         try:
             response = await self.adapter.process(request, self.handler)
         except InvalidToken as exc:
@@ -140,6 +167,9 @@ class TeamsEndpoint:
             return web.json_response({"error": "invalid Bot Framework token"}, status=401)
         finally:
             _RAW_ACTIVITY.reset(token)
+            _INTAKE.reset(intake)
+        if not written.ok:  # nothing ran: Bot Framework delivers it again
+            return web.json_response({"error": "not written down yet; deliver again"}, status=503)
         return response or web.Response(status=HTTPStatus.OK)
 
 
@@ -215,18 +245,64 @@ class _Handler(TeamsActivityHandler):
         self.bot = bot
 
     async def on_message_activity(self, turn_context: TurnContext) -> None:
-        self.bot.on_message(_activity_json(turn_context))
+        await _written_down(self.bot.on_message(_activity_json(turn_context)))
 
     async def on_members_added_activity(self, members_added: list[ChannelAccount], turn_context: TurnContext) -> None:
-        self.bot.on_members_added(_activity_json(turn_context))
+        await _written_down(self.bot.on_members_added(_activity_json(turn_context)))
 
     async def on_invoke_activity(self, turn_context: TurnContext) -> InvokeResponse | None:
         if turn_context.activity.name != CARD_ACTION:
             return await super().on_invoke_activity(turn_context)
-        body = await self.bot.on_card_action(_activity_json(turn_context))
-        # Model objects, not dicts: CloudAdapter serializes the body again (NOTES: botbuilder 4.17.1).
-        model = AdaptiveCardInvokeResponse(status_code=body["statusCode"], type=body["type"], value=body["value"])
-        return InvokeResponse(status=HTTPStatus.OK, body=model)
+        body = await _written_down(self.bot.on_card_action(_activity_json(turn_context)))
+        if body is None:  # answered 503 by ``messages``
+            return InvokeResponse(status=HTTPStatus.SERVICE_UNAVAILABLE)
+        return InvokeResponse(status=HTTPStatus.OK, body=_invoke_body(body))
+
+
+def _invoke_body(body: Json) -> Any:
+    """The answer as a model object, not a dict: CloudAdapter serializes the body again (NOTES: botbuilder 4.17.1).
+
+    A card answer is the SDK's own model; a message answer (text that leaves the card as it is) has a
+    string value, which that model's ``{object}`` value cannot carry.
+    """
+    if isinstance(body["value"], dict):
+        return AdaptiveCardInvokeResponse(status_code=body["statusCode"], type=body["type"], value=body["value"])
+    return _MessageAnswer(status_code=body["statusCode"], type=body["type"], value=body["value"])
+
+
+class _MessageAnswer(Model):
+    """An ``adaptiveCard/action`` answer whose value is a message for the clicker (the card stays as it is)."""
+
+    _attribute_map = {  # noqa: RUF012  (msrest reads it from the class)
+        "status_code": {"key": "statusCode", "type": "int"},
+        "type": {"key": "type", "type": "str"},
+        "value": {"key": "value", "type": "str"},
+    }
+
+    def __init__(self, *, status_code: int, type: str, value: str) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # msrest leaves it unannotated
+        self.status_code = status_code
+        self.type = type
+        self.value = value
+
+
+T = TypeVar("T")
+
+
+async def _written_down(intake: Awaitable[T]) -> T | None:
+    """Run the bot's intake of an activity; a failure to write it down is passed out of the turn, not raised.
+
+    Raised, the SDK would hand it to ``on_turn_error`` (an apology posted, and a 201 that tells Teams
+    the activity arrived); passed out, it becomes a 503 and the activity is delivered again.
+    """
+    try:
+        return await intake
+    except Exception:
+        log.exception("teams: an activity could not be written down; answering 503 so it is delivered again")
+        written = _INTAKE.get()
+        if written is not None:
+            written.ok = False
+        return None
 
 
 def _activity_json(turn_context: TurnContext) -> Json:
@@ -267,7 +343,11 @@ class BotFrameworkConnector:
         await self._retried(what, reference, activity, put)
 
     async def member(self, reference: Json, user_id: str) -> Json | None:
+        """One try: a caller that gets no roster entry goes on without it (msrest alone would retry a GET
+        on 5xx and sleep out a 429's Retry-After, uncapped, holding the turn that waits for it)."""
+
         async def lookup(client: ConnectorClient, outgoing: Activity) -> Json:
+            _without_sdk_retries(client)
             found = await client.conversations.get_conversation_member(outgoing.conversation.id, user_id)
             return dict(found.serialize(), **(found.additional_properties or {}))
 
@@ -340,13 +420,6 @@ def refused_for_now(exc: Exception) -> Transient | None:
     """A connector refusal worth retrying (429 with its Retry-After, 412, 5xx overload); a 400 or 403 is not."""
     status = http_status(exc)
     return Transient(retry_after_s(exc), status) if status in TRANSIENT else None
-
-
-def http_status(exc: BaseException) -> int | None:
-    """The HTTP status behind a connector exception (msrest keeps the response), if there is one."""
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None) or getattr(response, "status", None)
-    return status if isinstance(status, int) else None
 
 
 def retry_after_s(exc: BaseException) -> float | None:

@@ -6,22 +6,24 @@ JSON Teams receives, and moving off botbuilder leaves this module untouched.
 Cards are version 1.5, the highest Teams renders on desktop, web and mobile, and the first with
 Universal Actions: every button is an ``Action.Execute`` whose ``verb`` says what it does and whose
 ``data`` carries ids only (a pending card carries the pending id and the argument hash, never the
-arguments, so a click can only confirm the call that was stored).
+arguments, so a click can only confirm the call that was stored). A card after a click shows the
+same frozen facts and one sentence for its state, worded by the core (``CardView.status``) and shown
+as TextRuns, so nothing a model, a user or a ticket system wrote is ever read as Markdown.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from collections.abc import Callable
 from typing import Any
 
-from bot import cards as wording
-from bot.cards import when
-from bot.service import Reply
-from bot.types import Answer, Citation, GaveUp, Pending, PendingAction
+from bot.cards import CardView, when
+from bot.types import Answer, Citation, GaveUp, Outcome, Pending, PendingAction, TerminationReason
 
 Json = dict[str, Any]
 
 CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
+MESSAGE_CONTENT_TYPE = "application/vnd.microsoft.activity.message"  # an invoke answer that keeps the card
 CARD_VERSION = "1.5"
 CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
 
@@ -29,11 +31,11 @@ CONFIRM, CANCEL, FEEDBACK, HANDOFF = "confirm", "cancel", "feedback", "handoff"
 FACT_FIELDS = (("category", "Category"), ("summary", "Summary"), ("urgency", "Urgency"), ("details", "Details"))
 
 REFUSAL_TEXT = "Sorry, PolicyPal isn't available for your organization. Please ask your IT team."
-ERROR_TEXT = "Sorry, something went wrong on my side, so I couldn't answer. Please try again in a moment."
-DECIDE_ERROR_TEXT = "Sorry, something went wrong on my side with that click. Please try again in a moment."
-DECIDED_ERROR_TEXT = (  # the click was applied (the ticket may exist): trying again would only say so
-    "Sorry, something went wrong on my side after that click, so I couldn't finish. The card shows what was done."
+CLICK_RETRYING_TEXT = (  # the click is in the inbox: it is tried again, and the card shows what it did
+    "Sorry, something went wrong on my side with that click. I'm trying again; the card will show what happens."
 )
+WORKING_TEXT = "Working on it…"
+ALREADY_RECEIVED_TEXT = "That click was already received; the card will show what happens."
 EMPTY_TEXT = "Ask me about a company policy, for example: *How many vacation days do I have?*"
 HANDOFF_STARTED = "Passing this conversation to the helpdesk…"
 WELCOME_TEXT = (
@@ -86,19 +88,45 @@ def invoke_card(content: Json) -> Json:
     return {"statusCode": 200, "type": CARD_CONTENT_TYPE, "value": content}
 
 
+def invoke_message(text: str) -> Json:
+    """An ``adaptiveCard/action`` answer that shows the clicker ``text`` and leaves the card as it is."""
+    return {"statusCode": 200, "type": MESSAGE_CONTENT_TYPE, "value": text}
+
+
+def failure_text(reference: str) -> str:
+    """What a person is told when the work for their message or click failed for good."""
+    return f"Sorry, something went wrong on my side, so I couldn't finish. Reference `{reference}`."
+
+
+def handoff_failure_text(run_id: str) -> str:
+    """What a person who asked for the helpdesk is told when the case could not be opened."""
+    return f"I couldn't reach the helpdesk just now. Please contact them and mention reference `{run_id}`."
+
+
 # --- replies ------------------------------------------------------------------------------------
 
 
-def reply_activity(reply: Reply, requester_name: str = "") -> Json:
-    """The message for one run's outcome: an answer, a card to confirm, or an honest give-up."""
-    outcome = reply.outcome
-    if isinstance(outcome, Answer) and not reply.from_a_run:
-        return message(outcome.text)  # a case opened, or a polite refusal (rate, busy): nothing to rate
+def reply_activity(outcome: Outcome, run_id: str, *, from_a_run: bool = True, requester_name: str = "") -> Json:
+    """The message for one run's outcome: an answer, a card to confirm, or an honest give-up.
+
+    ``from_a_run`` False (a case opened, a polite refusal): the answer has nothing to rate.
+    """
+    if isinstance(outcome, Answer) and not from_a_run:
+        return message(outcome.text)
     if isinstance(outcome, Answer):
-        return message(answer_markdown(outcome), feedback_card(reply.run_id))
+        return message(answer_markdown(outcome), feedback_card(run_id))
     if isinstance(outcome, Pending):
         return message(None, pending_card(outcome.action, requester_name))
-    return gave_up_activity(reply.run_id, outcome)
+    return gave_up_activity(run_id, outcome)
+
+
+def notice_activity(text: str, *, run_id: str | None = None, case_id: str | None = None) -> Json:
+    """A message in the thread without a run of its own: a hint, a welcome, a case id, a recovered run's give-up."""
+    if case_id and run_id:  # a run stopped outside any request (its process died): the give-up, with its case
+        return gave_up_activity(run_id, GaveUp(TerminationReason.CANCELLED, text, case_id=case_id))
+    if case_id and case_id not in text:
+        text = f"{text} (case **{case_id}**)".strip()
+    return message(text)
 
 
 def answer_markdown(answer: Answer) -> str:
@@ -152,53 +180,81 @@ def _handoff_button(run_id: str) -> Json:
 
 # --- the ticket card ----------------------------------------------------------------------------
 
+Who = Callable[[str], str]  # a user id as the card shows that person (their display name)
+
+STATE_MARKS = {"done": "✅", "failed": "⚠️", "unknown": "⚠️", "cancelled": "✖️", "expired": "⌛"}
+_STRONG = ("\x02", "\x03")  # brackets a bold span of a state sentence while it is split into runs
+_RUNS = re.compile("(\x02[^\x02\x03]*\x03)")
+
 
 def pending_card(action: PendingAction, requester_name: str = "") -> Json:
     """The open card: the model's text, the exact frozen arguments, and Confirm / Cancel."""
     data = {"pending_id": action.id, "args_hash": action.args_hash}
-    body = _pending_body(action)
+    body = _pending_body(action.text, action.arguments)
     who = requester_name or action.requester
     body.append(text_block(f"Only {who} can confirm · expires {when(action.expires_at)}", isSubtle=True, size="Small"))
     buttons = [execute("Confirm", CONFIRM, data, style="positive"), execute("Cancel", CANCEL, data)]
     return card(body, buttons)
 
 
-def decided_card(action: PendingAction, line: str, notice: str | None = None) -> Json:
-    """The card after a click: same facts, no buttons, and what happened (or why nothing did)."""
-    body = _pending_body(action)
-    if notice:
-        body.append(text_block(notice, weight="Bolder", color="Warning"))
-    body.append(text_block(line, weight="Bolder"))
-    return card(body)
+def card_view(view: CardView, who: Who, notice: str | None = None) -> Json:
+    """The card as it stands: open with its buttons, else the same facts and one sentence for its state.
+
+    ``notice``: what only this clicker is told, above the state (a refused or late click).
+    """
+    warning = [_literal_line(notice, color="Warning", weight="Bolder")] if notice else []
+    if view.buttons:  # still open (a refused click on it too): the requester may still decide
+        content = pending_card(_action_of(view), who(view.requester))
+        content["body"][-1:-1] = warning
+        return content
+    return card([*_pending_body(view.text, view.arguments), *warning, state_line(view, who)])
 
 
-def outcome_line(state: str, result: Json | None, who: str, expires_at: datetime) -> str:
-    """One sentence for a pending action's state: who decided and the ticket id, or why not."""
-    result = result or {}
-    lines = {
-        "open": f"Waiting for {who} to confirm.",
-        "executing": f"Confirmed by {who}. Creating the ticket…",
-        "done": f"✅ Confirmed by {who}. Ticket **{result.get('ticket_id', '?')}** created.",
-        "failed": f"Confirmed by {who}, but the ticket could not be created: {result.get('error', 'unknown error')}."
-        + (f" Helpdesk case **{result['case_id']}** is open." if result.get("case_id") else ""),
-        "unknown": f"Confirmed by {who}, but the outcome is unknown; IT will check whether the ticket exists.",
-        "cancelled": f"Cancelled by {who}. No ticket was raised.",
-        "expired": wording.expired(expires_at),
-    }
-    return lines.get(state, f"State: {state}.")
+def state_line(view: CardView, who: Who) -> Json:
+    """The card's state in one sentence (``CardView.status``): names and ids bold, everything shown as typed.
+
+    TextRuns, not a TextBlock: a ticket system's error text or a display name is never read as Markdown.
+    """
+    opening, closing = _STRONG
+
+    def named(user_id: str) -> str:
+        return _plain(who(user_id))
+
+    sentence = view.status(named, strong=lambda text: f"{opening}{_plain(text)}{closing}")
+    mark = STATE_MARKS.get(view.state)
+    runs: list[Json] = [{"type": "TextRun", "text": f"{mark} "}] if mark else []
+    for part in _RUNS.split(sentence):
+        if part.startswith(opening) and part.endswith(closing):
+            runs.append({"type": "TextRun", "text": part[1:-1], "weight": "Bolder"})
+        elif part:
+            runs.append({"type": "TextRun", "text": part})
+    return {"type": "RichTextBlock", "inlines": runs}
 
 
-def _pending_body(action: PendingAction) -> list[Json]:
+def _literal_line(text: str, **style: Any) -> Json:
+    return {"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text, **style}]}
+
+
+def _plain(text: str) -> str:
+    return text.translate({ord(c): None for c in _STRONG})
+
+
+def _action_of(view: CardView) -> PendingAction:
+    return PendingAction(view.pending_id, view.tool, view.arguments, view.args_hash, view.requester, view.text,
+                         view.expires_at)
+
+
+def _pending_body(text: str, arguments: dict[str, Any]) -> list[Json]:
     """The frozen arguments exactly as they will run, in TextRuns: Adaptive Cards read a TextBlock or a
     FactSet as Markdown, so a model-written ``**Approved**`` or ``[verify](https://evil)`` would format
     itself or hide a link there; a TextRun is shown as typed."""
     body = [text_block("Create an IT ticket?", weight="Bolder", size="Medium")]
-    if action.text:
-        body.append(plain_block(action.text))
+    if text:
+        body.append(plain_block(text))
     body += [
-        plain_block(str(action.arguments[name]), label=title)
+        plain_block(str(arguments[name]), label=title)
         for name, title in FACT_FIELDS
-        if action.arguments.get(name) not in (None, "")
+        if arguments.get(name) not in (None, "")
     ]
     return body
 
@@ -215,6 +271,7 @@ def card_fields(card: Json) -> dict[str, str]:
         block["inlines"][0]["text"].removesuffix(": "): block["inlines"][1]["text"]
         for block in card.get("body", [])
         if block.get("type") == "RichTextBlock" and len(block["inlines"]) == 2
+        and block["inlines"][0].get("weight") == "Bolder" and block["inlines"][0]["text"].endswith(": ")
     }
 
 

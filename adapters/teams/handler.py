@@ -3,21 +3,29 @@
 ``adapters/teams/app.py`` owns the Bot Framework SDK: it authenticates requests, hands activities to
 ``TeamsBot`` as plain JSON and gives it a ``Connector`` to send, update and look up members with.
 
-Every turn is acknowledged at once and the work continues in a background task:
+Nothing Teams was told we have can be lost: every message, install and card click is written to the
+inbox (``inbox.accept``) before its HTTP answer. When the write fails the request gets a 503 and Bot
+Framework delivers it again; a redelivery of one already written runs nothing. The inbox then does
+the work in the background, under the item's lease, from the stored activity alone: so a process
+that dies mid-way has its item taken over by another (the sweeper), which does it again, and a
+failure is retried before the person is told, with a reference (``_failed``).
 
-* **Messages**: 201 straight away (Bot Framework redelivers an activity it waited 15 s for); a task
-  shows typing, runs ``handle_message`` and posts the reply as a proactive message to the stored
-  conversation reference. The reference, not the turn context, because the turn has ended by then,
-  and because the same reference (kept with a pending action) still works after a restart.
-  A reply sent without a run (a hint, a refusal, the welcome, a handoff's case) claims the activity
-  first, as ``handle_message`` does for a run, so a redelivery never posts it twice
-  (adapters/teams/dedupe.py).
-* **Card clicks** (``adaptiveCard/action``): the decision itself is quick, but ``service.decide`` also
-  runs the ticket and then the model. So the click starts ``decide`` in a task and answers the invoke
-  as soon as ``decide`` reports the outcome through ``on_result`` (ticket id, cancelled) or returns
-  (refused, expired...), or ``invoke_wait`` seconds after the click (roster lookup included), whichever
-  comes first; the continued run's reply follows in the thread. The clicked card is replaced for the
-  clicker by the invoke answer and for everyone, at the same moment, by an update of the posted card.
+None of the work posts a reply itself. The service commits what to say (a run's answer, a card, a
+notice) as outbox rows, and ``adapters.teams.sender`` posts them. What the adapter still sends
+directly: typing indicators, the live states of a clicked card (``show``), the apology for work that
+failed for good, and invoke answers.
+
+* **Messages**: 201 once written; the item's work shows typing, resolves who is asking and runs
+  ``handle_message``. A hint (no question), a refusal (a tenant not served) and the welcome (install
+  in a personal chat) are notices through the outbox, so each is said once per activity too.
+* **Card clicks** (``adaptiveCard/action``): Confirm / Cancel go to ``service.click`` in the item's
+  work; the invoke waits for it, at most ``invoke_wait_s`` after the click arrived (roster lookup
+  included), and is answered with the card as the work reports it: the decided card if the call's
+  result comes in time, else the "working" card, else "Working on it…" (the card is left as it is).
+  Each state reported (``show``) also replaces the posted card for everyone, in order. A refused or
+  late click is answered with the card as it stands and why nothing happened. "Still need help?" is
+  an inbox item too (the case notice through the outbox); feedback is stored while the invoke waits
+  (it posts nothing but the invoke answer).
 
 Who is asking: the AAD object id and name come with the activity; email (for group mappings and
 tickets) and the guest role come from the conversation roster, fetched once per user and cached. If
@@ -27,18 +35,20 @@ the roster cannot be read, the user is treated as a guest for that turn: no writ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
-from collections.abc import Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal
 
 from adapters.teams import cards
 from adapters.teams.activity import (
     THREAD_MARKER,
     Activity,
+    address_of,
     addressed_to_bot,
+    clicked_card,
     conversation_key,
     deep_link,
     reference_of,
@@ -47,34 +57,28 @@ from adapters.teams.activity import (
     to_inbound,
     user_of,
 )
-from adapters.teams.dedupe import event_id, handled_by_older_release
-from bot.errors import DeliveryFailed
+from adapters.teams.connector import Connector, Json
+from adapters.teams.dedupe import handled_by_older_release, inbox_id
+from adapters.teams.sender import TeamsSender
+from bot.cards import CardView
+from bot.clicks import click_notice
+from bot.errors import RemoteError
 from bot.identity import GroupMap
 from bot.pending import PendingRecord
+from bot.replies import DecisionReply
 from bot.runtime import BackgroundTasks, ExpiringCache
-from bot.service import DecisionReply, PolicyPal, Reply
-from bot.types import Pending, UserRef
+from bot.service import PolicyPal
+from bot.store import InboxRecord
+from bot.types import UserRef
 
 log = logging.getLogger(__name__)
 
-Json = dict[str, Any]
+MESSAGE, WELCOME, CLICK, HANDOFF = "teams.message", "teams.welcome", "teams.click", "teams.handoff"
 FEEDBACK_VALUES = ("helpful", "not_helpful")
-SETTLED = frozenset({"confirmed", "cancelled", "expired", "already_decided"})
 NO_LONGER = "This button is no longer available."
-
-
-class Connector(Protocol):
-    """The outbound half of the Bot Framework protocol, addressed by a stored conversation reference."""
-
-    async def send(self, reference: Json, activity: Json) -> str:
-        """Post ``activity`` to the reference's conversation; returns the new activity id."""
-        ...
-
-    async def update(self, reference: Json, activity_id: str, activity: Json) -> None: ...
-
-    async def member(self, reference: Json, user_id: str) -> Json | None:
-        """The roster entry (email, userPrincipalName, userRole) of a conversation member."""
-        ...
+NOT_FOUND = "This request no longer exists."
+Choice = Literal["confirm", "cancel"]
+Who = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -86,24 +90,128 @@ class TeamsOptions:
     invoke_wait_s: float = 2.0  # Teams shows "Unable to reach app" after about 5 s
     typing_every_s: float = 3.0  # a typing indicator lasts a few seconds
     profile_ttl_s: float = 600.0
+    answer_ttl_s: float = 600.0  # how long a click's answer is kept for a redelivered invoke
     drain_s: float = 10.0
 
 
-@dataclass
-class Click:
-    """One Confirm / Cancel click as the invoke carried it."""
+class _Answer:
+    """The answer to one click's invoke: filled in by the click's work, read by the request waiting for it."""
 
-    verb: str
-    pending_id: str
-    args_hash: str
-    user: UserRef
-    reference: Json
-    published: bool = False  # the decided card already replaced the posted one
-    failed: bool = False  # deciding raised: nothing may have been decided
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline  # loop time: the invoke is answered by then, with whatever is known
+        self.body: Json | None = None
+        self.settled = asyncio.Event()
+
+    def offer(self, body: Json, *, settled: bool = True) -> None:
+        """The card as the work now reports it; ``settled`` once nothing better is coming before the deadline."""
+        self.body = body
+        if settled:
+            self.settled.set()
+
+    @property
+    def waiting(self) -> bool:
+        return not self.settled.is_set()
+
+    async def wait(self, deadline: float) -> Json:
+        """The best answer known by ``deadline`` (loop time); "Working on it…" (card unchanged) if none is."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settled.wait(), max(deadline - asyncio.get_running_loop().time(), 0.0))
+        return self.body or cards.invoke_message(cards.WORKING_TEXT)
+
+
+class _Answers:
+    """The answers of this process's recent clicks, by inbox id (a redelivered invoke gets the same)."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self._ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, _Answer]] = {}
+
+    def get(self, key: str) -> _Answer | None:
+        entry = self._entries.get(key)
+        return entry[1] if entry else None
+
+    def open(self, key: str, deadline: float) -> _Answer:
+        now = asyncio.get_running_loop().time()
+        for old in [k for k, (at, _) in self._entries.items() if now - at > self._ttl_s]:
+            del self._entries[old]
+        answer = _Answer(deadline)
+        self._entries[key] = (now, answer)
+        return answer
+
+    def drop(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+
+class _Results:
+    """The card each action's winning click showed here once its call's result was known, by pending id.
+
+    A second click while the first one's call runs is refused with the card saying "Creating it
+    now…"; when the first runs in this process, the second can wait for its result instead (within its
+    own invoke's deadline), so both clickers see the ticket.
+    """
+
+    def __init__(self, ttl_s: float) -> None:
+        self._ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, asyncio.Future[CardView]]] = {}
+
+    def shown(self, pending_id: str, view: CardView) -> None:
+        result = self._result(pending_id)
+        if not result.done():
+            result.set_result(view)
+
+    async def wait(self, pending_id: str, deadline: float) -> CardView | None:
+        result = self._result(pending_id)
+        try:
+            return await asyncio.wait_for(asyncio.shield(result), max(deadline - asyncio.get_running_loop().time(), 0))
+        except TimeoutError:
+            return None
+
+    def _result(self, pending_id: str) -> asyncio.Future[CardView]:
+        now = asyncio.get_running_loop().time()
+        for old in [k for k, (at, _) in self._entries.items() if now - at > self._ttl_s]:
+            del self._entries[old]
+        if pending_id not in self._entries:
+            self._entries[pending_id] = (now, asyncio.get_running_loop().create_future())
+        return self._entries[pending_id][1]
+
+
+class _PostedCard:
+    """The clicked card's message, updated for everyone in the order the click's work reports its states.
+
+    The "working" state goes in the background (the call must not wait for it); the next state waits
+    for it, so it never lands after the result. A failure of the result's update raises: the service
+    then writes the card to the outbox, which makes it stick.
+    """
+
+    def __init__(self, connector: Connector, reference: Json, activity_id: str | None, tasks: BackgroundTasks):
+        self._connector = connector
+        self._reference = reference
+        self._activity_id = activity_id
+        self._tasks = tasks
+        self._working: asyncio.Task[Any] | None = None
+
+    async def show(self, content: Json, *, working: bool) -> None:
+        if self._activity_id is None:
+            if working:
+                return
+            raise RemoteError("the click names no card message to update", kind="validation")
+        if working:
+            self._working = self._tasks.spawn(self._quietly(content), name="teams-card-working")
+            return
+        if self._working is not None:
+            await asyncio.gather(self._working, return_exceptions=True)
+        await self._connector.update(self._reference, self._activity_id, cards.message(None, content))
+
+    async def _quietly(self, content: Json) -> None:
+        assert self._activity_id is not None
+        try:
+            await self._connector.update(self._reference, self._activity_id, cards.message(None, content))
+        except Exception as exc:  # the result's update follows; this state only said "working"
+            log.warning("teams: showing card %s as working failed: %s", self._activity_id, exc)
 
 
 class TeamsBot:
-    """Maps Teams activities to service calls and outcomes back to messages and cards."""
+    """Maps Teams activities to inbox items and service calls, and outcomes back to cards."""
 
     def __init__(self, service: PolicyPal, connector: Connector, options: TeamsOptions | None = None) -> None:
         self.service = service
@@ -111,23 +219,35 @@ class TeamsBot:
         self.options = options or TeamsOptions()
         self._tasks = BackgroundTasks("Teams")
         self._profiles: ExpiringCache[tuple[str, str], Json] = ExpiringCache(self.options.profile_ttl_s)
+        self._names: ExpiringCache[str, str] = ExpiringCache(self.options.profile_ttl_s)  # AAD id -> name
+        self._answers = _Answers(self.options.answer_ttl_s)
+        self._results = _Results(self.options.answer_ttl_s)
         self._started = datetime.now(UTC)  # activities sent before this may have met an older release
 
-    # --- messages -------------------------------------------------------------------------------
+    def register(self) -> None:
+        """Handle this platform's inbox items and send its outbox rows here (at start)."""
+        inbox = self.service.inbox
+        inbox.register(MESSAGE, self._work_message, on_failure=self._failed)
+        inbox.register(WELCOME, self._work_welcome)  # a welcome lost for good is not worth an apology
+        inbox.register(CLICK, self._work_click, on_failure=self._failed)
+        inbox.register(HANDOFF, self._work_handoff, on_failure=self._failed)
+        self.service.outbox.register(TeamsSender(self.connector, self.service))
 
-    def on_message(self, activity: Activity) -> None:
-        """Accept a message: questions run in the background; everything else is ignored."""
+    # --- before the HTTP answer: written down, or not acknowledged ------------------------------
+
+    async def on_message(self, activity: Activity) -> None:
+        """Write a message addressed to the bot to the inbox; everything else is ignored.
+
+        Raises when it cannot be written (the caller answers 503, so Teams delivers it again).
+        """
         if not addressed_to_bot(activity):
             return
-        reference = reference_of(activity)
-        if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
-            log.info("teams: tenant %r is not allowed; refusing politely", tenant_of(activity))
-            self._spawn(self._reply_once(activity, reference, cards.message(cards.REFUSAL_TEXT)))
-            return
-        self._spawn(self._answer(activity, reference))
+        self._remember_name(activity)
+        if not await self._accept(activity, MESSAGE):
+            log.info("teams: activity %s was delivered before; not run again", activity.get("id"))
 
-    def on_members_added(self, activity: Activity) -> None:
-        """Greet a user who installs the bot in personal chat; channel installs stay quiet."""
+    async def on_members_added(self, activity: Activity) -> None:
+        """Welcome a user who installs the bot in personal chat; channel installs stay quiet."""
         bot_id = (activity.get("recipient") or {}).get("id")
         added = {str(member.get("id")) for member in activity.get("membersAdded") or []}
         personal = (activity.get("conversation") or {}).get("conversationType") == "personal"
@@ -136,59 +256,149 @@ class TeamsBot:
         if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
             log.info("teams: not greeting tenant %r, which is not allowed", tenant_of(activity))
             return
-        self._spawn(self._reply_once(activity, reference_of(activity), cards.message(cards.WELCOME_TEXT)))
+        await self._accept(activity, WELCOME)
 
-    async def _answer(self, activity: Activity, reference: Json) -> None:
-        typing = self._spawn(self._keep_typing(reference))
+    async def on_card_action(self, activity: Activity) -> Json:
+        """Answer an ``adaptiveCard/action`` invoke; returns the invoke response body. Raises when a click
+        that must be written down cannot be (the caller answers 503)."""
+        if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
+            return cards.invoke_card(cards.notice_card(cards.REFUSAL_TEXT))
+        verb, data = _action_of(activity)
+        if data is None:
+            log.warning("teams: malformed card action in invoke %s; answered as unavailable", activity.get("id"))
+            return cards.invoke_card(cards.notice_card(NO_LONGER))
+        self._remember_name(activity)
+        if verb in (cards.CONFIRM, cards.CANCEL):
+            return await self._click(activity, data)
+        if verb == cards.FEEDBACK:
+            return await self._feedback(user_of(activity, self.options.groups), data)
+        if verb == cards.HANDOFF:
+            if not await self._accept(activity, HANDOFF):
+                log.info("teams: handoff invoke %s was delivered before; the case is already on its way",
+                         activity.get("id"))
+            return cards.invoke_card(cards.notice_card(cards.HANDOFF_STARTED))
+        return cards.invoke_card(cards.notice_card(NO_LONGER))
+
+    async def _click(self, activity: Activity, data: Json) -> Json:
+        if not isinstance(data.get("pending_id"), str) or not isinstance(data.get("args_hash"), str):
+            return cards.invoke_card(cards.notice_card(NOT_FOUND))
+        deadline = asyncio.get_running_loop().time() + self.options.invoke_wait_s  # the whole answer
+        key = inbox_id(activity)
+        if (earlier := self._answers.get(key)) is not None:  # delivered again, to the process working on it
+            log.info("teams: invoke %s delivered again; answering with the card as it stands", activity.get("id"))
+            return await earlier.wait(deadline)
+        answer = self._answers.open(key, deadline)  # before the write: the work may start at once
+        try:
+            written = await self._accept(activity, CLICK)
+        except BaseException:
+            self._answers.drop(key)
+            raise
+        if not written:  # delivered again, to another process than the one that has it
+            self._answers.drop(key)
+            log.info("teams: invoke %s was delivered before; its work answers it", activity.get("id"))
+            return cards.invoke_message(cards.ALREADY_RECEIVED_TEXT)
+        return await answer.wait(deadline)
+
+    async def _accept(self, activity: Activity, kind: str) -> bool:
+        return await self.service.inbox.accept(inbox_id(activity), "teams", kind, {"activity": activity})
+
+    # --- the inbox's work: from the stored activity alone ---------------------------------------
+
+    async def _work_message(self, item: InboxRecord) -> None:
+        activity: Activity = item.payload["activity"]
+        if await self._older_release(item, activity):
+            return
+        reference = reference_of(activity)
+        if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
+            log.info("teams: tenant %r is not allowed; refusing politely", tenant_of(activity))
+            await self._notice(activity, user_of(activity, self.options.groups), cards.REFUSAL_TEXT)
+            return
+        typing = self._tasks.spawn(self._keep_typing(reference), name="teams-typing")
         try:
             user = await self._user(activity, reference)
             inbound = to_inbound(activity, user)
             if not inbound.text:
-                await self._reply_once(activity, reference, cards.message(cards.EMPTY_TEXT))
+                await self._notice(activity, user, cards.EMPTY_TEXT)
                 return
-            if await handled_by_older_release(self.service, activity, self._started):
-                log.info("teams: activity %s was handled before an upgrade; not run again", activity.get("id"))
-                return
-            reply = await self.service.handle_message(inbound)  # claims the activity's event id
-        except Exception:
-            log.exception("teams: run for activity %s failed", activity.get("id"))
-            await self._send_safely(reference, cards.message(cards.ERROR_TEXT))
-            return
+            await self.service.handle_message(inbound)  # the reply goes out through the outbox
         finally:
             typing.cancel()
-        if reply is not None:  # None: a redelivered activity that already ran
-            await self._post_reply(reference, reply, user.name)
 
-    async def _reply_once(self, activity: Activity, reference: Json, reply: Json) -> None:
-        """Send a reply that has no run behind it once per activity, however often Teams delivers it."""
-        try:
-            first = await self._claim(activity)
-        except Exception:
-            log.exception("teams: could not claim activity %s; replying anyway", activity.get("id"))
-            first = True  # a repeated notice beats silence
-        if first:
-            await self._send_safely(reference, reply)
-        else:
-            log.info("teams: activity %s was already answered", activity.get("id"))
-
-    async def _claim(self, activity: Activity) -> bool:
-        """True the first time any process (this release or an older one) sees this activity."""
-        if await handled_by_older_release(self.service, activity, self._started):
-            return False
-        return await self.service.claim_event("teams", event_id(activity))
-
-    async def _post_reply(self, reference: Json, reply: Reply, requester_name: str) -> None:
-        """Post a run's outcome in the thread; a pending card also remembers where it was posted."""
-        activity_id = await self._send_safely(reference, cards.reply_activity(reply, requester_name))
-        if not isinstance(reply.outcome, Pending):
+    async def _work_welcome(self, item: InboxRecord) -> None:
+        activity: Activity = item.payload["activity"]
+        if await self._older_release(item, activity):
             return
-        if activity_id is None:  # not posted (refused after the retries, logged): nobody can confirm it
-            case = await self.service.card_not_shown(reply.outcome.action.id)
-            if case is not None:
-                await self._send_safely(reference, cards.message(case.user_reply()))
-        elif activity_id:  # a channel that answers without an id showed the card; it cannot be updated later
-            where = {"reference": reference, "activity_id": activity_id, "requester_name": requester_name}
-            await self.service.pending.set_platform_message(reply.outcome.action.id, where)
+        await self._notice(activity, user_of(activity, self.options.groups), cards.WELCOME_TEXT)
+
+    async def _work_click(self, item: InboxRecord) -> None:
+        """Confirm or Cancel, decided once by the service; the card changes at once, then for good."""
+        activity: Activity = item.payload["activity"]
+        verb, data = _action_of(activity)
+        choice: Choice = "cancel" if verb == cards.CANCEL else "confirm"
+        pending_id, args_hash = str((data or {}).get("pending_id")), str((data or {}).get("args_hash"))
+        answer = self._answers.get(item.id)  # None: recovered here after its invoke was answered elsewhere
+        try:
+            user = await self._clicker(activity, hurry=answer is not None and answer.waiting)
+            who = self._who(user)
+            reference, card_id = clicked_card(activity)
+            posted = _PostedCard(self.connector, reference, card_id, self._tasks)
+
+            async def show(view: CardView) -> None:
+                content = cards.card_view(view, who)
+                working = view.state == "working"
+                if answer is not None:
+                    answer.offer(cards.invoke_card(content), settled=not working)
+                if not working:
+                    self._results.shown(pending_id, view)
+                await posted.show(content, working=working)
+
+            decided = await self.service.click(
+                pending_id, user, choice, args_hash, address=address_of(activity, user), who=who, show=show
+            )
+        except Exception:
+            if answer is not None and answer.waiting:  # nothing shown yet: the card stays, the work is retried
+                answer.offer(cards.invoke_message(cards.CLICK_RETRYING_TEXT))
+            raise
+        if answer is None or not answer.waiting:
+            return
+        view = decided.card  # refused or late (nothing was shown), or showing failed
+        if decided.notice is not None and view is not None and view.state == "executing":
+            later = await self._results.wait(pending_id, answer.deadline)  # another click here is running the call
+            decided = replace(decided, card=later or view)
+        answer.offer(self._answer_body(decided, user, choice))
+
+    async def _work_handoff(self, item: InboxRecord) -> None:
+        """Hand the thread to the helpdesk on request; the notice names the case."""
+        activity: Activity = item.payload["activity"]
+        if await self._older_release(item, activity):
+            return
+        reference = reference_of(activity)
+        user = await self._user(activity, reference)
+        card_message = {**activity, "id": activity.get("replyToId") or activity.get("id")}
+        key = conversation_key(activity, user)
+        case = await self.service.request_handoff(key, user, link=deep_link(card_message))
+        await self.service.notice(address_of(activity, user), case.message, conversation_key=key, case_id=case.case_id)
+
+    async def _failed(self, item: InboxRecord, error: str) -> None:
+        """Work that failed for good: the person hears it, with a reference to quote (best effort, direct)."""
+        activity: Activity = item.payload.get("activity") or {}
+        if item.kind == HANDOFF:
+            _verb, data = _action_of(activity)
+            text = cards.handoff_failure_text(str((data or {}).get("run_id") or item.id))
+        else:
+            text = cards.failure_text(item.id)
+        await self.connector.send(reference_of(activity), cards.message(text))
+
+    async def _older_release(self, item: InboxRecord, activity: Activity) -> bool:
+        """An activity a release from before the inbox answered (its first attempt only: see dedupe.py)."""
+        if item.attempts > 1 or not await handled_by_older_release(self.service, activity, self._started):
+            return False
+        log.info("teams: activity %s was handled before an upgrade; not run again", activity.get("id"))
+        return True
+
+    async def _notice(self, activity: Activity, user: UserRef, text: str) -> None:
+        key = conversation_key(activity, user)
+        await self.service.notice(address_of(activity, user), text, conversation_key=key)
 
     async def _keep_typing(self, reference: Json) -> None:
         """A lost typing indicator costs nothing but the dots: log it and keep the run going."""
@@ -199,146 +409,40 @@ class TeamsBot:
                 log.warning("typing indicator not sent: %s", exc)
             await asyncio.sleep(self.options.typing_every_s)
 
-    # --- card clicks ----------------------------------------------------------------------------
+    # --- what a click is answered with ----------------------------------------------------------
 
-    async def on_card_action(self, activity: Activity) -> Json:
-        """Answer an ``adaptiveCard/action`` invoke quickly; returns the invoke response body."""
-        if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
-            return cards.invoke_card(cards.notice_card(cards.REFUSAL_TEXT))
-        verb, data = _action_of(activity)
-        if data is None:
-            log.warning("teams: malformed card action in invoke %s; answered as unavailable", activity.get("id"))
-            return cards.invoke_card(cards.notice_card(NO_LONGER))
-        user = user_of(activity, self.options.groups)
-        if verb in (cards.CONFIRM, cards.CANCEL):
-            deadline = time.monotonic() + self.options.invoke_wait_s  # the whole answer, roster included
-            user = await self._clicker(activity, user)
-            return await self._decide_click(activity, user, verb, data, deadline)
-        if verb == cards.FEEDBACK:
-            return await self._feedback(user, data)
-        if verb == cards.HANDOFF:
-            return self._handoff(activity, data)
-        return cards.invoke_card(cards.notice_card(NO_LONGER))
+    def _answer_body(self, decided: DecisionReply, user: UserRef, choice: Choice) -> Json:
+        """The card as the click left it; a click that did not decide also says why, to the clicker alone."""
+        record = decided.decision.action
+        who = self._who(user, record)
+        view = decided.card
+        if decided.notice is None:
+            return cards.invoke_card(cards.card_view(view, who)) if view else cards.invoke_message(cards.WORKING_TEXT)
+        notice = click_notice(decided.decision, who, choice)  # in the words the card uses for people
+        if view is None:
+            return cards.invoke_card(cards.notice_card(notice))
+        if notice == view.status(who):  # an expired card says so itself
+            return cards.invoke_card(cards.card_view(view, who))
+        return cards.invoke_card(cards.card_view(view, who, notice=notice))
 
-    async def _clicker(self, activity: Activity, fallback: UserRef) -> UserRef:
-        """The roster profile (email for the ticket, usually cached) if it comes within half the invoke budget.
+    def _who(self, user: UserRef, record: PendingRecord | None = None) -> Who:
+        """A user id as cards show it: the clicker's and the requester's names, else any name seen lately."""
+        names = {user.id: user.name} if user.name else {}
+        stored = (record.platform_message or {}).get("requester_name") if record is not None else None
+        if record is not None and stored:
+            names.setdefault(record.requester, str(stored))
 
-        Teams gives up on an invoke after about 5 s. The AAD object id in the activity is all
-        ``decide`` needs (only the requester decides); without the roster the clicker counts as a
-        guest, as in any turn where the roster cannot be read. A slower lookup is not abandoned: it
-        completes in the background (``drain`` waits for it), so the next click finds the profile cached.
-        """
-        wait = self.options.invoke_wait_s / 2
-        # Shielded and held: a lookup past the wait still finishes and fills the cache for later clicks.
-        lookup = self._spawn(self._user(activity, reference_of(activity)))
-        try:
-            return await asyncio.wait_for(asyncio.shield(lookup), wait)
-        except TimeoutError:
-            log.warning("teams: roster lookup for %s took over %.1f s; deciding with the activity's identity",
-                        fallback.id, wait)
-            return replace(fallback, is_guest=True)
+        def who(user_id: str) -> str:
+            return names.get(user_id) or self._names.get(user_id) or user_id
 
-    async def _decide_click(self, activity: Activity, user: UserRef, verb: str, data: Json, deadline: float) -> Json:
-        pending_id, args_hash = data.get("pending_id"), data.get("args_hash")
-        if not isinstance(pending_id, str) or not isinstance(args_hash, str):
-            return cards.invoke_card(cards.notice_card("This request no longer exists."))
-        click = Click(verb, pending_id, args_hash, user, reference_of(activity))
-        outcome: asyncio.Future[DecisionReply | None] = asyncio.get_running_loop().create_future()
-        self._spawn(self._decide(click, outcome))
-        try:
-            decided = await asyncio.wait_for(asyncio.shield(outcome), max(deadline - time.monotonic(), 0.0))
-        except TimeoutError:
-            decided = None  # the card says "Working on it…"; the posted card is updated when it is done
-        record = await self.service.pending.get(pending_id)
-        if click.failed and record is not None and record.state == "open":
-            # Nothing was decided: the buttons stay, so the requester can try again.
-            return cards.invoke_card(cards.pending_card(record.as_action(), _requester_name(record, user)))
-        return cards.invoke_card(self._click_card(record, decided, user))
+        return who
 
-    def _click_card(self, record: PendingRecord | None, decided: DecisionReply | None, user: UserRef) -> Json:
-        if record is None:
-            return cards.notice_card("This request no longer exists.")
-        action, who = record.as_action(), _requester_name(record, user)
-        line = cards.outcome_line(record.state, record.result, who, record.expires_at)
-        status = decided.status if decided else None
-        if status == "not_requester" or (status is None and user.id != record.requester):
-            return cards.decided_card(action, line, notice=f"Only {who} can confirm or cancel this request.")
-        if status == "hash_mismatch" and decided is not None:
-            return cards.decided_card(action, line, notice=decided.decision.message)
-        if record.state == "open":  # the wait ran out before the decision was stored
-            line = "Working on it…"
-        return cards.decided_card(action, line)
+    def _remember_name(self, activity: Activity) -> None:
+        sender = activity.get("from") or {}
+        if sender.get("aadObjectId") and sender.get("name"):
+            self._names.put(str(sender["aadObjectId"]), str(sender["name"]))
 
-    async def _decide(self, click: Click, outcome: asyncio.Future[DecisionReply | None]) -> None:
-        """Apply the click; the card changes when the outcome is known, the reply when the model is done."""
-
-        async def on_result(reply: DecisionReply) -> None:
-            _settle(outcome, reply)
-            await self._publish_once(click)
-
-        try:
-            decided = await self.service.decide(
-                click.pending_id, click.user, click.verb, click.args_hash, on_result=on_result  # type: ignore[arg-type]
-            )
-        except Exception:
-            log.exception("teams: deciding %s failed", click.pending_id)
-            click.failed = True
-            _settle(outcome, None)
-            await self._decision_failed(click)
-            return
-        _settle(outcome, decided)  # refusals and expiry return without a result to report
-        if decided.status in SETTLED:  # the posted card shows the state for everyone
-            await self._publish_once(click)
-        if decided.reply is not None:  # the continued run, after a confirm or cancel
-            record = await self.service.pending.get(click.pending_id)
-            where = (record.platform_message or {}) if record else {}
-            await self._post_reply(where.get("reference") or click.reference, decided.reply, click.user.name)
-
-    async def _decision_failed(self, click: Click) -> None:
-        """Say so in the thread, and give a still-open card its buttons back: never a silent "Working on it…"."""
-        try:
-            record = await self.service.pending.get(click.pending_id)
-        except Exception:
-            log.exception("teams: could not reload %s after a failed decision", click.pending_id)
-            record = None
-        where = (record.platform_message or {}) if record else {}
-        still_open = record is not None and record.state == "open"
-        text = cards.DECIDE_ERROR_TEXT if still_open or record is None else cards.DECIDED_ERROR_TEXT
-        await self._send_safely(where.get("reference") or click.reference, cards.message(text))
-        if record is None or not still_open or not where.get("activity_id") or not where.get("reference"):
-            return
-        activity = cards.message(None, cards.pending_card(record.as_action(), _requester_name(record, click.user)))
-        try:
-            await self.connector.update(where["reference"], where["activity_id"], activity)
-        except Exception:
-            log.exception("teams: restoring the card of %s failed", record.id)
-
-    async def _publish_once(self, click: Click) -> None:
-        if click.published:
-            return
-        click.published = True
-        record = await self.service.pending.get(click.pending_id)
-        # Executing: another click is running the call and publishes its outcome when done; a
-        # "Creating the ticket…" sent from here could land after that (a throttled update) and stay.
-        if record is not None and record.state != "executing":
-            await self._publish(record, click.user)
-
-    async def _publish(self, record: PendingRecord, user: UserRef) -> None:
-        """Replace the posted card for everyone with the decided one."""
-        where = record.platform_message or {}
-        if not where.get("activity_id") or not where.get("reference"):
-            log.warning("teams: pending %s has no posted card to update", record.id)
-            return
-        line = cards.outcome_line(record.state, record.result, _requester_name(record, user), record.expires_at)
-        activity = cards.message(None, cards.decided_card(record.as_action(), line))
-        try:
-            await self.connector.update(where["reference"], where["activity_id"], activity)
-        except DeliveryFailed:
-            log.error("teams: the posted card of %s still shows it open", record.id)  # the cause is logged
-        except Exception:
-            log.exception("teams: updating the card of %s failed", record.id)
-
-    # --- feedback and handoff -------------------------------------------------------------------
+    # --- feedback -------------------------------------------------------------------------------
 
     async def _feedback(self, user: UserRef, data: Json) -> Json:
         run_id, value = data.get("run_id"), data.get("value")
@@ -348,33 +452,30 @@ class TeamsBot:
         note = "Thanks for the feedback." if stored else "That answer is no longer on record."
         return cards.invoke_card(cards.feedback_card(run_id, note))
 
-    def _handoff(self, activity: Activity, data: Json) -> Json:
-        run_id = str(data.get("run_id") or "")
-        self._spawn(self._hand_off(activity, run_id))
-        return cards.invoke_card(cards.notice_card(cards.HANDOFF_STARTED))
-
-    async def _hand_off(self, activity: Activity, run_id: str) -> None:
-        reference = reference_of(activity)
-        try:
-            if not await self._claim(activity):  # a redelivered invoke: the case was already posted
-                log.info("teams: handoff invoke %s was already answered", activity.get("id"))
-                return
-            user = await self._user(activity, reference)
-            text = await self._request_handoff(activity, user, run_id)
-        except Exception:
-            log.exception("teams: handoff for %s failed", run_id)
-            text = f"I couldn't reach the helpdesk just now. Please contact them and mention reference `{run_id}`."
-        await self._send_safely(reference, cards.message(text))
-
-    async def _request_handoff(self, activity: Activity, user: UserRef, run_id: str) -> str:
-        card_message = {**activity, "id": activity.get("replyToId") or activity.get("id")}
-        case = await self.service.request_handoff(conversation_key(activity, user), user, link=deep_link(card_message))
-        text, case_id = case.message, case.case_id
-        if case_id and case_id not in text:
-            text = f"{text} (case **{case_id}**)".strip()
-        return text or f"I've passed this to the helpdesk: case **{case_id}**."
-
     # --- identity -------------------------------------------------------------------------------
+
+    async def _clicker(self, activity: Activity, *, hurry: bool) -> UserRef:
+        """The roster profile (email for the ticket, usually cached); while an invoke waits (``hurry``), only
+        if it comes within half the invoke budget.
+
+        Teams gives up on an invoke after about 5 s. The AAD object id in the activity is all
+        ``click`` needs (only the requester decides); without the roster the clicker counts as a
+        guest, as in any turn where the roster cannot be read. A slower lookup is not abandoned: it
+        completes in the background (``drain`` waits for it), so the next click finds the profile cached.
+        """
+        reference = reference_of(activity)
+        if not hurry:  # recovered, or retried: nobody is waiting for this answer
+            return await self._user(activity, reference)
+        wait = self.options.invoke_wait_s / 2
+        # Shielded and held: a lookup past the wait still finishes and fills the cache for later clicks.
+        lookup = self._tasks.spawn(self._user(activity, reference), name="teams-roster")
+        try:
+            return await asyncio.wait_for(asyncio.shield(lookup), wait)
+        except TimeoutError:
+            fallback = user_of(activity, self.options.groups)
+            log.warning("teams: roster lookup for %s took over %.1f s; deciding with the activity's identity",
+                        fallback.id, wait)
+            return replace(fallback, is_guest=True)
 
     async def _user(self, activity: Activity, reference: Json) -> UserRef:
         """Who sent the activity, with email and guest role from the roster (cached for a while)."""
@@ -400,21 +501,11 @@ class TeamsBot:
 
     # --- background work ------------------------------------------------------------------------
 
-    async def _send_safely(self, reference: Json, activity: Json) -> str | None:
-        try:
-            return await self.connector.send(reference, activity)
-        except DeliveryFailed:
-            return None  # retried until the budget ran out, and logged with the conversation
-        except Exception:
-            log.exception("teams: sending to %s failed", (reference.get("conversation") or {}).get("id"))
-            return None
-
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        return self._tasks.spawn(work)
-
     async def drain(self) -> None:
-        """Let running work finish (up to ``drain_s``), then cancel what is left: for shutdown."""
+        """Let items being worked on, then this adapter's own tasks, finish (up to ``drain_s``): for shutdown."""
+        await self.service.inbox.drain(self.options.drain_s)
         await self._tasks.drain(self.options.drain_s)
+
 
 def _action_of(activity: Activity) -> tuple[str, Json | None]:
     """The verb and data of an ``Action.Execute`` invoke; data None when the shape is not a card's."""
@@ -426,15 +517,3 @@ def _action_of(activity: Activity) -> tuple[str, Json | None]:
     if data is None:
         data = {}
     return str(action.get("verb") or ""), data if isinstance(data, dict) else None
-
-
-def _requester_name(record: PendingRecord, user: UserRef) -> str:
-    stored = (record.platform_message or {}).get("requester_name")
-    if stored:
-        return str(stored)
-    return user.name if user.id == record.requester and user.name else record.requester
-
-
-def _settle(outcome: asyncio.Future[DecisionReply | None], value: DecisionReply | None) -> None:
-    if not outcome.done():
-        outcome.set_result(value)

@@ -16,8 +16,9 @@ from typing import Any
 
 from adapters.teams import cards
 from bot.config import Settings
+from bot.delivery import Delivery
 from bot.errors import ConfigError
-from bot.helpdesk import Delivery, HandoffCase, reason_label
+from bot.helpdesk import HandoffCase, reason_label
 from bot.types import UserRef
 
 CHANNEL_ID = "msteams"

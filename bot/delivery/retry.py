@@ -114,4 +114,4 @@ def _exhausted(exc: Exception, verdict: Transient, what: str, attempts: int) -> 
     if isinstance(exc, RemoteError):  # its message is already worded for the user and the model
         return DeliveryFailed(str(exc), kind=exc.kind, status=exc.status, retry_after=exc.retry_after)
     message = f"{what}: {_describe(exc, verdict)} after {attempts} attempts"
-    return DeliveryFailed(message, kind="unavailable", status=verdict.status)
+    return DeliveryFailed(message, kind="unavailable", status=verdict.status, retry_after=verdict.retry_after_s)

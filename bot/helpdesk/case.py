@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bot.helpdesk.markdown import case_markdown
-from bot.helpdesk.reasons import opening, reason_label
+from bot.helpdesk.reasons import REPLY_NOT_DELIVERED, opening, reason_label
 from bot.store import HandoffRecord
 from bot.types import UserRef
 
@@ -75,7 +75,7 @@ class HandoffCase:
     @property
     def message(self) -> str:
         """The sentence the user reads: the case id and what happens next."""
-        if self.platform in THREADED_PLATFORMS:
+        if self.platform in THREADED_PLATFORMS and self.reason != REPLY_NOT_DELIVERED:  # the thread is reachable
             how = "reply in this thread"
         elif self.user.email:
             how = f"reply by email to {self.user.email}"

@@ -71,10 +71,16 @@ class Helpdesk:
         run_id: str | None = None,
         link: str | None = None,
         detail: str | None = None,
+        current_run: RunRow | None = None,
     ) -> HandoffCase:
-        """Write a case (once per ``origin``) before anyone is told its id, and return it."""
+        """Write a case (once per ``origin``) before anyone is told its id, and return it.
+
+        ``current_run``: the run that is giving up, not stored yet (it is stored with its reply).
+        """
         place = await self._store.threads.get_place(conversation_key) or Place.from_key(conversation_key)
         runs = await self._store.runs.of_conversation(conversation_key, self._limits.max_runs)
+        if current_run is not None and all(r.id != current_run.id for r in runs):
+            runs = [*runs, current_run][-self._limits.max_runs :]
         actions = await self._store.pending.of_conversation(conversation_key)
         transcript = self._transcript(runs, actions, run_id, reason, detail)
         fields = {

@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from email.message import EmailMessage
 from email.utils import formatdate
 
-from bot.delivery import HttpPolicy, JsonHttp, error_message, json_bytes, signed_headers
+from bot.delivery import Delivery, HttpPolicy, JsonHttp, error_message, json_bytes, signed_headers
 from bot.helpdesk.case import HandoffCase
-from bot.helpdesk.outbox import Delivery
 from bot.helpdesk.reasons import reason_label
 
 SMTPS_PORT = 465

@@ -13,6 +13,7 @@ USER_REQUEST = "user_request"
 TICKET_FAILED = "ticket_failed"
 ACTION_UNKNOWN = "action_unknown"
 CARD_NOT_SHOWN = "card_not_shown"
+REPLY_NOT_DELIVERED = "reply_not_delivered"
 
 _REASON_LABELS = {
     "step_budget": "ran out of steps",
@@ -28,6 +29,7 @@ _REASON_LABELS = {
     TICKET_FAILED: "the ticket system refused a confirmed ticket",
     ACTION_UNKNOWN: "a confirmed action was interrupted; check whether it happened",
     CARD_NOT_SHOWN: "the confirmation card could not be posted, so nothing was done",
+    REPLY_NOT_DELIVERED: "PolicyPal's reply could not be posted in the conversation",
 }
 
 
@@ -42,6 +44,7 @@ _OPENINGS = {
     TICKET_FAILED: "I couldn't create the ticket.",
     ACTION_UNKNOWN: "I couldn't tell whether your confirmed request went through.",
     CARD_NOT_SHOWN: "I couldn't show you the confirmation for that request, so nothing was done.",
+    REPLY_NOT_DELIVERED: "I couldn't post my reply in the conversation.",
     USER_REQUEST: "Sure.",
 }
 _DEFAULT_OPENING = "I couldn't finish this reliably."

@@ -1,6 +1,5 @@
 """What a running process needs besides the answer: logs, metrics, admission, in-flight runs,
-readiness, its own identity, background tasks, small caches, and the sweeper that recovers what
-dead processes left behind.
+readiness, its own identity, background tasks and small caches.
 """
 
 from bot.runtime.cache import ExpiringCache
@@ -10,7 +9,6 @@ from bot.runtime.metrics import Metrics
 from bot.runtime.process import THIS_PROCESS, ProcessId
 from bot.runtime.ratelimit import BUSY_TEXT, Admission, RunSlots, UserRateLimit
 from bot.runtime.readiness import Readiness
-from bot.runtime.sweeper import Sweeper, SweepPolicy, SweepReport
 from bot.runtime.tasks import BackgroundTasks
 
 __all__ = [
@@ -24,9 +22,6 @@ __all__ = [
     "ProcessId",
     "Readiness",
     "RunSlots",
-    "SweepPolicy",
-    "SweepReport",
-    "Sweeper",
     "UserRateLimit",
     "configure_json_logging",
     "log_context",

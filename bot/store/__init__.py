@@ -1,17 +1,21 @@
 """Everything that must survive a restart, in SQLite (embedded) or PostgreSQL (shared by replicas).
 
-``Store`` is the one object a process opens; its repositories (``store.threads``, ``store.runs``,
-``store.workers``, ``store.pending``, ``store.tickets``, ``store.cases``, ``store.rates``) hand
-out the plain records below, never ORM rows. ``bot.store.migrate`` (Alembic, loaded only when a
-database is opened or upgraded) brings a database to this release.
+``Store`` is the one object a process opens; its repositories (``store.inbox``, ``store.outbox``,
+``store.threads``, ``store.runs``, ``store.workers``, ``store.pending``, ``store.tickets``,
+``store.cases``, ``store.rates``) hand out the plain records below, never ORM rows.
+``bot.store.migrate`` (Alembic, loaded only when a database is opened or upgraded) brings a
+database to this release.
 """
 
 from bot.store.columns import UtcDateTime, utcnow
 from bot.store.engine import SchemaPolicy, prepare_sqlite_file
+from bot.store.inbox import NewItem
+from bot.store.outbox import NewPost
 from bot.store.records import (
     DeliveryRecord,
     DeliveryState,
     HandoffRecord,
+    InboxRecord,
     PendingRecord,
     PendingState,
     Place,
@@ -24,6 +28,9 @@ __all__ = [
     "DeliveryRecord",
     "DeliveryState",
     "HandoffRecord",
+    "InboxRecord",
+    "NewItem",
+    "NewPost",
     "PendingRecord",
     "PendingState",
     "Place",

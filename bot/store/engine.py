@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,7 +13,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
@@ -21,11 +22,24 @@ SchemaPolicy = Literal["auto", "upgrade", "require"]
 
 
 class Repository:
-    """One aggregate's statements on the shared engine; ``_insert`` is the dialect's INSERT with ON CONFLICT."""
+    """One aggregate's statements on the shared engine; ``_insert`` is the dialect's INSERT with ON CONFLICT.
+
+    A write method that takes ``conn`` runs inside the caller's transaction when given one (see
+    ``Store.transaction``): what must commit together (a run, its history, its outbox rows) does.
+    """
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._insert: Callable[..., Any] = sqlite_insert if engine.dialect.name == "sqlite" else pg_insert
+
+    @contextlib.asynccontextmanager
+    async def _begin(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+        """The caller's transaction, or a new one committed at the end of the block."""
+        if conn is not None:
+            yield conn
+            return
+        async with self._engine.begin() as own:
+            yield own
 
 
 async def open_engine(url: str, connect_args: Mapping[str, Any] | None, schema: SchemaPolicy) -> AsyncEngine:
@@ -44,6 +58,21 @@ async def open_engine(url: str, connect_args: Mapping[str, Any] | None, schema: 
         await engine.dispose()
         raise
     return engine
+
+
+def open_ack_engine(engine: AsyncEngine, url: str, connect_args: Mapping[str, Any] | None) -> AsyncEngine:
+    """A small engine of its own for the writes an ack waits for (the inbox), so a burst of acks never
+    queues for a connection behind the runs' work. SQLite still has one writer at a time; its busy
+    timeout turns the lock into a short wait, and every transaction here is a single INSERT."""
+    dialect = engine.dialect.name
+    # No pre-ping here: a checkout costs no extra round trip; a connection the server dropped is
+    # recycled instead (and a failed accept answers 503, so the platform delivers the event again).
+    options = _pool_options(dialect) if dialect == "sqlite" else {"pool_size": 2, "max_overflow": 2,
+                                                                  "pool_recycle": 300}
+    ack = create_async_engine(url, connect_args=dict(connect_args or {}), **options)
+    if dialect == "sqlite":
+        event.listen(ack.sync_engine, "connect", _tune_sqlite)
+    return ack
 
 
 def _pool_options(dialect: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, and_, func, insert, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.store.engine import Repository
 from bot.store.records import (
@@ -30,11 +31,11 @@ _PENDING_COLUMNS = frozenset(f.name for f in dataclasses.fields(PendingRecord))
 class PendingRows(Repository):
     """Pending actions, low level: ``bot.pending`` owns the rules, these are its statements."""
 
-    async def insert(self, record: PendingRecord) -> None:
+    async def insert(self, record: PendingRecord, *, conn: AsyncConnection | None = None) -> None:
         """Store a newly proposed action."""
         values = dataclasses.asdict(record)
-        async with self._engine.begin() as conn:
-            await conn.execute(insert(PendingActionRow).values(values))
+        async with self._begin(conn) as tx:
+            await tx.execute(insert(PendingActionRow).values(values))
 
     async def get(self, pending_id: str) -> PendingRecord | None:
         """One pending action as currently stored."""
@@ -64,6 +65,33 @@ class PendingRows(Repository):
         async with self._engine.begin() as conn:
             result = await conn.execute(stmt.values(state=to_state, **fields))
         return result.rowcount == 1
+
+    async def decide(
+        self, pending_id: str, requester: str, to_state: str, now: datetime, *, args_hash: str, **fields: Any
+    ) -> PendingRecord | None:
+        """The requester's click on an open, unexpired action, in one conditional UPDATE that returns the
+        row as decided; None when it did not win (someone else, another state, past expiry, no such id)."""
+        _check_pending_columns(list(fields))
+        table = PendingActionRow
+        stmt = (
+            update(table)
+            .where(table.id == pending_id, table.state == "open", table.requester == requester)
+            .where(table.args_hash == args_hash, table.expires_at > now)
+            .values(state=to_state, **fields)
+            .returning(*table.__table__.columns)
+        )
+        async with self._engine.begin() as conn:
+            row = (await conn.execute(stmt)).first()
+        return to_pending_record(row) if row else None
+
+    async def executing_by(self, owners: Sequence[str], limit: int = 100) -> list[PendingRecord]:
+        """Actions still executing in processes known dead: their call may or may not have happened."""
+        if not owners:
+            return []
+        table = PendingActionRow
+        stmt = select(table.__table__).where(table.state == "executing", table.executor.in_(list(owners)))
+        async with self._engine.connect() as conn:
+            return [to_pending_record(row) for row in await conn.execute(stmt.order_by(table.created_at).limit(limit))]
 
     async def update(self, pending_id: str, **fields: Any) -> bool:
         """Set non-state fields (e.g. the platform message); False when the id is unknown."""

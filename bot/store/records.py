@@ -13,7 +13,8 @@ from typing import Any, Literal
 from bot.types import PendingAction
 
 RunStatus = Literal["running", "recovering", "finished"]
-DeliveryState = Literal["pending", "sending", "delivered", "failed"]
+DeliveryState = Literal["pending", "sending", "delivered", "failed", "superseded"]
+InboxState = Literal["leased", "done", "failed"]
 PendingState = Literal["open", "executing", "done", "failed", "cancelled", "expired", "unknown"]
 
 
@@ -40,6 +41,8 @@ class RunRow:
     feedback: str | None
     feedback_by: str | None
     owner: str
+    inbox_id: str | None = None  # the inbox item this run answers (None: the terminal)
+    exchange: list[dict[str, Any]] | None = None  # what the thread's history keeps of it
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,12 @@ class PendingRecord:
     expires_at: datetime
     decided_at: datetime | None
     decider: str | None
+    executor: str | None  # the process that ran (or is running) the confirmed call
     finished_at: datetime | None
     result: dict[str, Any] | None
     platform_message: dict[str, Any] | None
     run_state: dict[str, Any]
+    decided_item: str | None = None  # the inbox item (the click) that decided it: only its retry resumes the run
 
     def as_action(self) -> PendingAction:
         """The public view adapters render as a card."""
@@ -124,11 +129,16 @@ class HandoffRecord:
 
 @dataclass(frozen=True)
 class DeliveryRecord:
-    """One destination's delivery of one case, as the outbox sees it."""
+    """One outbox row: a case's delivery to one destination ("case"), or a platform write ("post")."""
 
     id: int
-    case_number: int
+    kind: str
+    case_number: int | None
     destination: str
+    payload: dict[str, Any] | None
+    conversation_key: str | None
+    inbox_id: str | None
+    coalesce_key: str | None
     state: DeliveryState
     attempts: int
     next_attempt_at: datetime
@@ -157,5 +167,27 @@ def to_handoff_record(row: Any) -> HandoffRecord:
 
 
 def to_delivery_record(row: Any) -> DeliveryRecord:
-    """A ``handoff_deliveries`` row as the record callers get."""
+    """An ``outbox`` row as the record callers get."""
     return DeliveryRecord(**row._mapping)
+
+
+@dataclass(frozen=True)
+class InboxRecord:
+    """One inbox item: an event as the platform delivered it, and who holds its lease."""
+
+    id: str
+    platform: str
+    kind: str
+    payload: dict[str, Any]
+    received_at: datetime
+    state: InboxState
+    owner: str
+    epoch: int
+    attempts: int
+    finished_at: datetime | None
+    last_error: str | None
+
+
+def to_inbox_record(row: Any) -> InboxRecord:
+    """An ``inbox`` row as the record callers get."""
+    return InboxRecord(**row._mapping)

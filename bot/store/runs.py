@@ -1,5 +1,8 @@
-"""Runs and the processes that run them: a run is recorded before it starts, so a dead process's runs
-are found (by heartbeat) and taken over by exactly one replica.
+"""Runs and the processes that run them.
+
+A run is stored once it ends (``record``), fenced by the inbox item it answers: one item, one run.
+``start``/``take_over``/``abandon`` serve runs recorded as running by earlier releases, which the
+sweeper still answers if their process died.
 """
 
 from __future__ import annotations
@@ -8,7 +11,8 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, exists, insert, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.store.columns import utcnow
 from bot.store.engine import Repository
@@ -17,6 +21,7 @@ from bot.store.records import (
     to_run_row,
 )
 from bot.store.tables import (
+    InboxItem,
     Run,
     Worker,
 )
@@ -52,6 +57,26 @@ class Runs(Repository):
         }
         async with self._engine.begin() as conn:
             await conn.execute(insert(Run).values(row))
+
+    async def record(
+        self, row: dict[str, Any], *, fence: tuple[str, int] | None = None, conn: AsyncConnection | None = None
+    ) -> bool:
+        """Store a finished run in one INSERT; with ``fence`` (inbox item, epoch) only if that epoch still
+        holds the item and no run answers it yet. False: another process took the item over, or answered it.
+        """
+        values = {"status": "finished", "finished_at": utcnow(), "owner": "", **row}
+        if fence is None:
+            async with self._begin(conn) as tx:
+                await tx.execute(insert(Run).values(values))
+            return True
+        item_id, epoch = fence
+        values["inbox_id"] = item_id
+        columns = list(values)
+        held = exists().where(InboxItem.id == item_id, InboxItem.epoch == epoch, InboxItem.state == "leased")
+        source = select(*[literal(values[name], type_=Run.__table__.c[name].type) for name in columns]).where(held)
+        stmt = self._insert(Run).from_select(columns, source).on_conflict_do_nothing(index_elements=["inbox_id"])
+        async with self._begin(conn) as tx:
+            return (await tx.execute(stmt)).rowcount == 1
 
     async def discard(self, run_id: str) -> None:
         """Forget a run recorded as running that never started (refused while it waited for a slot)."""

@@ -1,8 +1,9 @@
 """The store: PolicyPal's tables behind one object per process, one repository per aggregate.
 
-Repositories: ``threads`` (event dedupe, history, places), ``runs`` and ``workers`` (runs and the
-processes' heartbeats), ``pending`` (pending actions), ``tickets`` (local tickets), ``cases``
-(helpdesk cases and their outbox) and ``rates`` (rate windows).
+Repositories: ``inbox`` (events written before their ack), ``outbox`` (platform writes and helpdesk
+deliveries), ``threads`` (history, places), ``runs`` and ``workers`` (runs and the processes'
+heartbeats), ``pending`` (pending actions), ``tickets`` (local tickets), ``cases`` (helpdesk cases)
+and ``rates`` (rate windows). ``transaction()`` lets writes that belong together commit together.
 
 Statements are single statements wherever correctness across processes depends on it: a claim is
 one ``INSERT ... ON CONFLICT DO NOTHING``, a pending transition one ``UPDATE ... WHERE id = :id AND
@@ -14,26 +15,34 @@ values, never ORM rows).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bot.store.cases import Cases
-from bot.store.engine import SchemaPolicy, open_engine
+from bot.store.engine import SchemaPolicy, open_ack_engine, open_engine
+from bot.store.inbox import InboxRows
+from bot.store.outbox import OutboxRows
 from bot.store.pending import PendingRows
 from bot.store.rates import RateWindows
 from bot.store.runs import Runs, Workers
 from bot.store.threads import Threads
 from bot.store.tickets import TicketRows
 
+ACK_WRITERS = 2  # PostgreSQL: a burst's next batch of events is written while the first is
+
 
 class Store:
     """Async access to PolicyPal's tables; open one per process and share it."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, ack_engine: AsyncEngine | None = None) -> None:
         self._engine = engine
+        self._ack_engine = ack_engine
+        self.inbox = InboxRows(engine, ack_engine or engine)
+        self.outbox = OutboxRows(engine)
         self.threads = Threads(engine)
         self.runs = Runs(engine)
         self.workers = Workers(engine)
@@ -52,7 +61,25 @@ class Store:
         "auto" upgrades the embedded SQLite default and requires PostgreSQL to be upgraded by an
         operator (``policypal db upgrade``), since replicas share it. See ``bot.store.migrate``.
         """
-        return cls(await open_engine(url, connect_args, schema))
+        engine = await open_engine(url, connect_args, schema)
+        ack_engine = open_ack_engine(engine, url, connect_args)
+        store = cls(engine, ack_engine)
+        async with contextlib.AsyncExitStack() as warm:  # connected now: a burst's acks wait for no login
+            for _ in range(store.ack_writers):
+                conn = await warm.enter_async_context(ack_engine.connect())
+                await conn.execute(select(1))
+        return store
+
+    @property
+    def ack_writers(self) -> int:
+        """How many inbox writes may run at once: SQLite has one writer; PostgreSQL takes them side by side."""
+        return 1 if self._engine.dialect.name == "sqlite" else ACK_WRITERS
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """One transaction for several repositories' writes (pass it as ``conn=``): all commit, or none."""
+        async with self._engine.begin() as conn:
+            yield conn
 
     async def ping(self) -> None:
         """One round trip to the database, for readiness checks."""
@@ -61,4 +88,6 @@ class Store:
 
     async def close(self) -> None:
         """Release every pooled connection."""
+        if self._ack_engine is not None:
+            await self._ack_engine.dispose()
         await self._engine.dispose()

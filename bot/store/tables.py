@@ -32,11 +32,28 @@ class Base(DeclarativeBase):
     )
 
 
-class ProcessedEvent(Base):
-    __tablename__ = "processed_events"
+class InboxItem(Base):
+    """An event a platform delivered, written before it was acknowledged: nothing acknowledged is lost.
 
-    event_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    Keyed by the platform's event id, so a redelivery finds its row (the dedupe). The process that
+    wrote it holds its lease (``owner``, ``epoch``) while it works; the sweeper gives the items of a
+    process that died to a live one with the next epoch, and only the current epoch may finish.
+    """
+
+    __tablename__ = "inbox"
+    __table_args__ = (Index(None, "state", "owner"),)
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)  # "slack:Ev123", "teams:<id>@<digest>"
+    platform: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(64))  # which handler processes it ("slack.request", ...)
+    payload: Mapped[dict[str, Any]] = mapped_column(_json())
     received_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    state: Mapped[str] = mapped_column(String(16))  # leased, done, failed
+    owner: Mapped[str] = mapped_column(String(255))
+    epoch: Mapped[int] = mapped_column(Integer, default=1)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
 
 
 class HistoryEntry(Base):
@@ -75,6 +92,10 @@ class Run(Base):
     feedback: Mapped[str | None] = mapped_column(String(32))
     feedback_by: Mapped[str | None] = mapped_column(String(255))
     owner: Mapped[str] = mapped_column(String(255))
+    # The inbox item the run answers: unique, so one item has one run (and one reply) whoever ends it.
+    inbox_id: Mapped[str | None] = mapped_column(String(255), unique=True)
+    # The question and the answer the thread's history keeps of this run (None: nothing, e.g. a card).
+    exchange: Mapped[list[Message] | None] = mapped_column(_json())
 
 
 class TicketRow(Base):
@@ -112,6 +133,8 @@ class PendingActionRow(Base):
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
     decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     decider: Mapped[str | None] = mapped_column(String(255))
+    executor: Mapped[str | None] = mapped_column(String(255))  # the process running the confirmed call
+    decided_item: Mapped[str | None] = mapped_column(String(255))  # the inbox item (click) that decided it
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     result: Mapped[dict[str, Any] | None] = mapped_column(_json())
     platform_message: Mapped[dict[str, Any] | None] = mapped_column(_json())
@@ -178,15 +201,25 @@ class Handoff(Base):
     transcript: Mapped[dict[str, Any]] = mapped_column(_json())
 
 
-class HandoffDelivery(Base):
-    """The outbox: one row per case and destination, delivered exactly once by whichever worker claims it."""
+class OutboxRow(Base):
+    """The outbox: every platform write and every helpdesk delivery, sent exactly once by whoever claims it.
 
-    __tablename__ = "handoff_deliveries"
+    A helpdesk delivery (``kind`` "case") names its case and destination; a platform write (``kind``
+    "post") carries what to post (``payload``) and the platform as its destination. Rows are written
+    in the same transaction as the outcome they belong to.
+    """
+
+    __tablename__ = "outbox"
     __table_args__ = (UniqueConstraint("case_number", "destination"), Index(None, "state", "next_attempt_at"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    case_number: Mapped[int] = mapped_column(Integer, index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    case_number: Mapped[int | None] = mapped_column(Integer, index=True)
     destination: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    conversation_key: Mapped[str | None] = mapped_column(String(512), index=True)
+    inbox_id: Mapped[str | None] = mapped_column(String(255))
+    coalesce_key: Mapped[str | None] = mapped_column(String(255), index=True)  # card updates: newest wins
     state: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)

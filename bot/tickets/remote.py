@@ -28,4 +28,13 @@ async def create_with_retries(
     try:
         return await with_retries(attempt, http.policy.retry(), what=http.service, recover=recover)
     except RemoteError as exc:
-        raise TicketError(str(exc), kind=exc.kind) from None
+        raise TicketError(str(exc), kind=UNKNOWN if reached(exc) else exc.kind) from None
+
+
+UNKNOWN = "unknown"  # a TicketError kind: the system got the request and may have made the ticket
+
+
+def reached(exc: RemoteError) -> bool:
+    """Whether the request got to the system before it failed: no answer in time, or its own server error.
+    Then nobody can say the ticket was not made; a refused connection or a 4xx says it was not."""
+    return exc.kind == "timeout" or (exc.kind == "unavailable" and exc.status is not None and exc.status >= 500)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable
@@ -12,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.config import Settings
+from bot.delivery import Delivery, Post, post_destination
 from bot.service import PolicyPal, Reply
-from bot.store import utcnow
+from bot.store import DeliveryRecord, InboxRecord, utcnow
 from bot.types import Inbound, UserRef
 from bot.wiring import open_service
 from retrieval import Passage
@@ -71,6 +73,66 @@ async def ask(svc: PolicyPal, text: str, user: UserRef = ALICE, thread: str = "t
     return reply
 
 
+MESSAGE = "test.message"  # an inbox kind of the tests': an ``Inbound`` as JSON, answered by ``handle_message``
+
+
+def inbound_json(inbound: Inbound) -> dict[str, Any]:
+    return dataclasses.asdict(inbound)
+
+
+def inbound_of(payload: dict[str, Any]) -> Inbound:
+    user = payload["user"]
+    return Inbound(**{**payload, "user": UserRef(**{**user, "groups": tuple(user["groups"])})})
+
+
+def answer_messages(svc: PolicyPal) -> list[tuple[InboxRecord, Reply | None]]:
+    """Let ``svc``'s inbox answer ``MESSAGE`` items as an adapter does; each item and its reply, in order."""
+    answered: list[tuple[InboxRecord, Reply | None]] = []
+
+    async def handle(record: InboxRecord) -> None:
+        answered.append((record, await svc.handle_message(inbound_of(record.payload))))
+
+    svc.inbox.register(MESSAGE, handle)
+    return answered
+
+
+async def deliver(svc: PolicyPal, inbound: Inbound) -> bool:
+    """What an adapter does before its ack: the event into the inbox (its work starts at once)."""
+    item_id = f"{inbound.platform}:{inbound.event_id}"
+    return await svc.inbox.accept(item_id, inbound.platform, MESSAGE, inbound_json(inbound))
+
+
+class RecordingSender:
+    """A platform's outbox sender that records each post it sends (and how it was asked to).
+
+    While ``error`` is set it raises it instead, for every post or only for the kinds in ``refuse``.
+    """
+
+    def __init__(
+        self, platform: str = "slack", *, error: Exception | None = None, refuse: tuple[str, ...] | None = None
+    ) -> None:
+        self.destinations = (post_destination(platform),)
+        self.error = error
+        self.refuse = refuse
+        self.sent: list[tuple[DeliveryRecord, Delivery]] = []
+        self.failed: list[DeliveryRecord] = []
+
+    @property
+    def posts(self) -> list[Post]:
+        return [Post.from_json(row.payload or {}) for row, _ in self.sent]
+
+    def label(self, row: DeliveryRecord) -> str:
+        return f"post {row.id}"
+
+    async def send(self, row: DeliveryRecord, delivery: Delivery) -> str | None:
+        kind = (row.payload or {}).get("kind")
+        if self.error is not None and (self.refuse is None or kind in self.refuse):
+            self.failed.append(row)
+            raise self.error
+        self.sent.append((row, delivery))
+        return f"msg-{row.id}"
+
+
 def tool_results(request: RecordedRequest) -> dict[str, Any]:
     """The tool messages of a request, by call id, decoded."""
     return {m["tool_call_id"]: json.loads(m["content"]) for m in request.messages if m["role"] == "tool"}
@@ -99,7 +161,7 @@ async def wait_delivered(store: Any, case_number: int = 1, timeout: float = 5.0)
     """Wait until the server's outbox worker has recorded the case as delivered everywhere."""
     async with asyncio.timeout(timeout):
         while True:
-            rows = await store.cases.deliveries([case_number])
+            rows = await store.outbox.deliveries([case_number])
             if rows and all(r.state == "delivered" for r in rows):
                 return
             await asyncio.sleep(0.02)

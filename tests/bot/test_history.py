@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from bot.store import Store
-from tests.bot.helpers import OnePassage, ask, service
+from bot.types import Inbound
+from tests.bot.helpers import ALICE, OnePassage, answer_messages, deliver, service
 from tests.fakes.openai_server import delay, text
 
 pytestmark = pytest.mark.asyncio
@@ -42,11 +43,14 @@ async def test_two_messages_answered_at_once_in_one_thread_both_stay_in_its_hist
         service(tmp_path, fake_openai, OnePassage()) as replica_a,
         service(tmp_path, fake_openai, OnePassage()) as replica_b,  # the same database: another process
     ):
-        first, second = await asyncio.gather(
-            ask(replica_a, "Question one?", thread="T"), ask(replica_b, "Question two?", thread="T")
-        )
-        history = await replica_a.store.threads.load_history(first.conversation_key)
-    assert first.conversation_key == second.conversation_key
+        replies = [answer_messages(replica_a), answer_messages(replica_b)]
+        one = Inbound("slack", "D1", "1.0", ALICE, "Question one?", event_id="Ev1", tenant="T1")
+        two = Inbound("slack", "D1", "1.0", ALICE, "Question two?", event_id="Ev2", tenant="T1")
+        assert await deliver(replica_a, one) and await deliver(replica_b, two)
+        await asyncio.gather(replica_a.inbox.drain(10), replica_b.inbox.drain(10))
+        history = await replica_a.store.threads.load_history(one.conversation_key)
+    (((_, first),), ((_, second),)) = replies
+    assert first is not None and second is not None and first.conversation_key == second.conversation_key
     contents = [m["content"] for m in history]
     assert sorted(contents) == ["Answer one.", "Answer two.", "Question one?", "Question two?"]
-    assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]  # each exchange whole

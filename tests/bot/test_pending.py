@@ -5,10 +5,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from bot.agent import args_hash
 from bot.pending import PendingActions
+from bot.runtime import THIS_PROCESS
 from bot.store import Store
+from bot.store.tables import PendingActionRow
 from bot.types import PendingAction
 from tests.databases import Database
 
@@ -80,8 +83,17 @@ async def test_confirm_by_requester_moves_to_executing(pending: PendingActions) 
     assert decision.action is not None
     assert decision.action.arguments == TICKET_ARGS
     assert (decision.action.state, decision.action.decider, decision.action.decided_at) == ("executing", "U1", START)
+    assert decision.action.executor == str(THIS_PROCESS)  # who runs the call: the sweeper knows when it died
     stored = await pending.get(action.id)
     assert stored == decision.action
+
+
+async def test_cancel_ends_the_action_without_an_executor(pending: PendingActions) -> None:
+    action = await _propose(pending)
+    decision = await pending.decide(action.id, "U1", "cancel", action.args_hash)
+    assert decision.action is not None
+    assert (decision.action.state, decision.action.executor, decision.action.finished_at) == ("cancelled", None, START)
+    assert await pending.get(action.id) == decision.action
 
 
 async def test_double_confirm_from_two_processes_confirms_exactly_once(
@@ -214,25 +226,36 @@ async def test_finish_records_the_result(pending: PendingActions) -> None:
     ok_action, failed_action = await _propose(pending), await _propose(pending)
     for action in (ok_action, failed_action):
         await pending.decide(action.id, "U1", "confirm", action.args_hash)
-    await pending.finish(ok_action.id, ok=True, result={"ticket_id": "IT-42"})
-    await pending.finish(failed_action.id, ok=False, result={"error": "backend down"})
+    await pending.finish(ok_action.id, state="done", result={"ticket_id": "IT-42"})
+    await pending.finish(failed_action.id, state="failed", result={"error": "backend down"})
     done, failed = await pending.get(ok_action.id), await pending.get(failed_action.id)
     assert done is not None and (done.state, done.result) == ("done", {"ticket_id": "IT-42"})
     assert failed is not None and (failed.state, failed.result) == ("failed", {"error": "backend down"})
+    assert done.finished_at == START
+
+
+async def test_a_call_that_reached_the_system_without_an_answer_finishes_unknown(pending: PendingActions) -> None:
+    action = await _propose(pending)
+    await pending.decide(action.id, "U1", "confirm", action.args_hash)
+    await pending.finish(action.id, state="unknown", result={"status": "unknown", "error": "no answer in time"})
+    stored = await pending.get(action.id)
+    assert stored is not None and (stored.state, stored.result["status"]) == ("unknown", "unknown")
+    again = await pending.decide(action.id, "U1", "confirm", action.args_hash)
+    assert again.status == "already_decided"  # never re-run: a person checks
 
 
 async def test_finish_twice_keeps_the_first_result(pending: PendingActions) -> None:
     action = await _propose(pending)
     await pending.decide(action.id, "U1", "confirm", action.args_hash)
-    await pending.finish(action.id, ok=True, result={"ticket_id": "IT-42"})
-    await pending.finish(action.id, ok=False, result={"error": "late"})
+    await pending.finish(action.id, state="done", result={"ticket_id": "IT-42"})
+    await pending.finish(action.id, state="failed", result={"error": "late"})
     stored = await pending.get(action.id)
     assert stored is not None and (stored.state, stored.result) == ("done", {"ticket_id": "IT-42"})
 
 
 async def test_finish_of_an_open_action_does_nothing(pending: PendingActions) -> None:
     action = await _propose(pending)
-    await pending.finish(action.id, ok=True, result={"ticket_id": "IT-42"})
+    await pending.finish(action.id, state="done", result={"ticket_id": "IT-42"})
     stored = await pending.get(action.id)
     assert stored is not None and (stored.state, stored.result) == ("open", None)
 
@@ -254,12 +277,43 @@ async def test_stale_executing_becomes_unknown_and_is_never_rerun(pending: Pendi
     assert still is not None and still.state == "executing"
 
 
+async def test_calls_executing_in_a_dead_process_become_unknown_at_once(
+    store: Store, second_store: Store, clock: Clock
+) -> None:
+    pending = PendingActions(store, ttl=TTL, clock=clock)
+    dead, alive, other = [await _propose(pending) for _ in range(3)]
+    for action, executor in ((dead, "host:ns:1:gone"), (alive, "host:ns:2:live")):
+        assert await store.pending.transition(action.id, ("open",), "executing", executor=executor, decided_at=START)
+    marked = await asyncio.gather(
+        pending.mark_dead_executing_unknown(["host:ns:1:gone"]),
+        PendingActions(second_store, ttl=TTL, clock=clock).mark_dead_executing_unknown(["host:ns:1:gone"]),
+    )
+    assert sorted(len(m) for m in marked) == [0, 1]  # one replica marks it
+    ((record,),) = [m for m in marked if m]
+    assert (record.id, record.state) == (dead.id, "unknown")
+    assert await pending.mark_dead_executing_unknown([]) == []
+    states = [(await pending.get(a.id)).state for a in (dead, alive, other)]  # type: ignore[union-attr]
+    assert states == ["unknown", "executing", "open"]
+
+
+async def test_a_stored_call_altered_since_it_was_proposed_fails_closed(pending: PendingActions, store: Store) -> None:
+    action = await _propose(pending)
+    altered = {**TICKET_ARGS, "priority": "low"}  # the row changed under the card; the hash did not
+    async with store.transaction() as tx:
+        await tx.execute(update(PendingActionRow).where(PendingActionRow.id == action.id).values(arguments=altered))
+    decision = await pending.decide(action.id, "U1", "confirm", action.args_hash)
+    assert decision.status == "hash_mismatch" and not decision.confirmed
+    stored = await pending.get(action.id)
+    assert stored is not None and stored.state == "failed" and "altered" in stored.result["error"]
+    assert (await pending.decide(action.id, "U1", "confirm", action.args_hash)).status == "already_decided"
+
+
 async def test_a_late_result_replaces_unknown(pending: PendingActions, clock: Clock) -> None:
     action = await _propose(pending)
     await pending.decide(action.id, "U1", "confirm", action.args_hash)
     clock.advance(timedelta(minutes=10))
     await pending.mark_stale_executing_unknown(timedelta(minutes=5))
-    await pending.finish(action.id, ok=True, result={"ticket_id": "IT-42"})
+    await pending.finish(action.id, state="done", result={"ticket_id": "IT-42"})
     stored = await pending.get(action.id)
     assert stored is not None and stored.state == "done"
 

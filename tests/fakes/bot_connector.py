@@ -11,12 +11,18 @@ It records ``POST /v3/conversations/{id}/activities`` (a new post), ``POST .../a
 (a reply), ``PUT .../activities/{activityId}`` (an update) and typing activities. The connector
 client URL-encodes conversation ids (``;messageid=`` arrives as ``%3Bmessageid=``); recorded ids are
 decoded, so a test compares them with the ids it sent. Only aiohttp and the standard library are used.
+
+A busy or failing channel: ``refuse_next(status, times=...)`` refuses the next few message calls;
+``fail_for(seconds, status, retry_after=...)`` refuses every post, reply and update (typing included)
+until that much time has passed, as an outage, and ``fail_for(0)`` ends it at once. Each refused call
+is in ``refused`` (kind, status) and, with its conversation and activity type, in ``refusals``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +62,7 @@ class Recorded:
     json: dict[str, Any]
     headers: dict[str, str]
     id: str  # what the connector answered
+    at: float = field(default_factory=time.monotonic)  # when it arrived (time.monotonic), for benchmarks
 
     @property
     def type(self) -> str:
@@ -71,6 +78,27 @@ class Recorded:
         return [a["content"] for a in attachments if a.get("contentType") == "application/vnd.microsoft.card.adaptive"]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """One call the channel refused: its kind ("send", "reply", "update", "member"), where, what, and how."""
+
+    kind: str
+    conversation_id: str
+    type: str  # the activity's type ("message", "typing"); "" for a member lookup
+    status: int
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Outage:
+    """``fail_for``'s window: every call it covers is answered ``status`` until ``until`` (time.monotonic)."""
+
+    until: float
+    status: int
+    retry_after: str | None
+    roster: bool  # member lookups fail too
+
+
 @dataclass
 class FakeBotConnector(LoopbackServer):
     """The channel side of the Bot Framework protocol on 127.0.0.1."""
@@ -78,6 +106,8 @@ class FakeBotConnector(LoopbackServer):
     fail_status: int | None = None  # answer every bot call with this status (for delivery failures)
     refusal_queue: list[tuple[int, str | None]] = field(default_factory=list)  # see refuse_next
     refused: list[tuple[str, int]] = field(default_factory=list)  # (kind, status) of each refused call
+    refusals: list[Refusal] = field(default_factory=list)  # the same calls, with conversation and type
+    outage: Outage | None = None  # see fail_for
     roster: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(ROSTER))
     recorded: list[Recorded] = field(default_factory=list)
     member_lookups: list[tuple[str, str]] = field(default_factory=list)
@@ -102,6 +132,22 @@ class FakeBotConnector(LoopbackServer):
     def refuse_next(self, status: int, *, times: int = 1, retry_after: str | None = None) -> None:
         """Answer the next ``times`` message posts or updates (typing passes) with ``status``, as a busy channel."""
         self.refusal_queue.extend([(status, retry_after)] * times)
+
+    def fail_for(
+        self, seconds: float, status: int = 503, *, retry_after: str | None = None, roster: bool = False
+    ) -> None:
+        """Refuse every post, reply and update, typing included (member lookups too if ``roster``), with
+        ``status`` (and ``Retry-After``, if given) for the next ``seconds``: an outage, then recovery.
+
+        Calling it again replaces the window; ``fail_for(0)`` ends it now. ``refuse_next`` still
+        applies outside the window.
+        """
+        self.outage = Outage(time.monotonic() + seconds, status, retry_after, roster) if seconds > 0 else None
+
+    @property
+    def failing(self) -> bool:
+        """Whether ``fail_for``'s window is open now."""
+        return self.outage is not None and time.monotonic() < self.outage.until
 
     # --- what the bot sent -----------------------------------------------------------------------
 
@@ -203,6 +249,8 @@ class FakeBotConnector(LoopbackServer):
     async def _member(self, request: web.Request) -> web.Response:
         conversation, member = unquote(request.match_info["conversation"]), unquote(request.match_info["member"])
         self.member_lookups.append((conversation, member))
+        if self.failing and self.outage is not None and self.outage.roster:
+            return await self._refuse("member", conversation, "", self.outage.status, self.outage.retry_after)
         if member not in self.roster:
             return web.json_response({"error": {"code": "MemberNotFoundInConversation", "message": member}}, status=404)
         return web.json_response(self.roster[member])
@@ -211,20 +259,33 @@ class FakeBotConnector(LoopbackServer):
         if self.fail_status is not None:
             return web.json_response({"error": {"code": "Failed", "message": "fake failure"}}, status=self.fail_status)
         body = await request.json()
+        conversation = unquote(request.match_info["conversation"])
+        if self.failing and self.outage is not None:
+            return await self._refuse(
+                kind, conversation, str(body.get("type", "")), self.outage.status, self.outage.retry_after
+            )
         if self.refusal_queue and body.get("type") != "typing":
             status, retry_after = self.refusal_queue.pop(0)
-            self.refused.append((kind, status))
-            headers = {"Retry-After": retry_after} if retry_after is not None else None
-            error = {"error": {"code": "Throttled", "message": "fake refusal"}}
-            return web.json_response(error, status=status, headers=headers)
+            return await self._refuse(kind, conversation, str(body.get("type", "")), status, retry_after)
         new_id = activity_id if kind == "update" else f"out-{next(self._ids)}"
-        conversation = unquote(request.match_info["conversation"])
         headers = {k.lower(): v for k, v in request.headers.items()}
         assert self._changed is not None
         async with self._changed:
             self.recorded.append(Recorded(kind, conversation, activity_id, body, headers, str(new_id)))
             self._changed.notify_all()
         return web.json_response({} if self.answers_without_ids else {"id": new_id})
+
+    async def _refuse(
+        self, kind: str, conversation: str, activity_type: str, status: int, retry_after: str | None
+    ) -> web.Response:
+        assert self._changed is not None
+        async with self._changed:
+            self.refused.append((kind, status))
+            self.refusals.append(Refusal(kind, conversation, activity_type, status))
+            self._changed.notify_all()
+        headers = {"Retry-After": retry_after} if retry_after is not None else None
+        error = {"error": {"code": "Throttled" if status == 429 else "ServiceUnavailable", "message": "fake refusal"}}
+        return web.json_response(error, status=status, headers=headers)
 
 
 def _mention() -> dict[str, Any]:

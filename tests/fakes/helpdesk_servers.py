@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import json
 import socket
+import threading
 import time
 import uuid
 from collections import deque
@@ -99,6 +100,41 @@ class _Recorder:
 
     def to(self, method: str, path_part: str = "") -> list[Recorded]:
         return [r for r in self.requests if r.method == method and path_part in r.path]
+
+    def start_in_thread(self) -> _Recorder:
+        """Serve on a loop of its own in a daemon thread, for a client in another process; ``stop`` ends it."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop.run_until_complete(self.__aenter__())
+            ready.set()
+            loop.run_forever()
+            loop.close()
+
+        self._thread_loop = loop
+        self._thread = threading.Thread(target=serve, name=type(self).__name__, daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout=10):
+            raise RuntimeError(f"{type(self).__name__} did not start within 10 s")
+        return self
+
+    def stop(self) -> None:
+        """Stop a server started with ``start_in_thread``."""
+        loop, thread = getattr(self, "_thread_loop", None), getattr(self, "_thread", None)
+        if loop is None or thread is None:
+            return
+
+        async def close() -> None:
+            for task in asyncio.all_tasks():  # requests held by a slow behaviour: answer them now
+                if task is not asyncio.current_task():
+                    task.cancel()
+            await self.__aexit__(None, None, None)
+
+        asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._thread_loop = self._thread = None
 
     async def __aenter__(self) -> _Recorder:
         app = web.Application()

@@ -53,6 +53,8 @@ class SlackCall:
     method: str
     params: dict[str, Any]
     headers: dict[str, str]
+    answer: dict[str, Any] = field(default_factory=dict)  # what the fake answered (ok calls only)
+    at: float = field(default_factory=time.monotonic)  # when it arrived (time.monotonic), for time-to-reply figures
 
     def __getitem__(self, name: str) -> Any:
         return self.params[name]
@@ -126,11 +128,15 @@ class FakeSlackAPI(LoopbackServer):
         self.problems: list[str] = []
         self.users: dict[str, FakeUser] = {}
         self._errors: dict[str, deque[ScriptedError]] = defaultdict(deque)
+        self._outages: dict[str, tuple[float, int, str]] = {}  # method -> (until, status, error)
+        self._delays: dict[str, float] = {}
+        self._delays_when: list[tuple[str, float, Callable[[dict[str, Any]], bool]]] = []  # see ``slow_when``
         self._ts = itertools.count(1)
         self._port = port
         self.acks: dict[str, dict[str, Any]] = {}  # envelope id -> the ack the app sent
         self.sockets: list[web.WebSocketResponse] = []  # open Socket Mode connections, oldest first
         self._tickets: set[str] = set()
+        self.threads: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)  # (channel, thread) -> posts
 
     # --- script ----------------------------------------------------------------------------------
 
@@ -142,6 +148,25 @@ class FakeSlackAPI(LoopbackServer):
     def fail(self, method: str, error: str, *, times: int = 1, status: int = 200, **headers: str) -> None:
         """The next ``times`` calls of ``method`` get ``{"ok": false, "error": error}``."""
         self._errors[method].extend(ScriptedError(error, status, dict(headers)) for _ in range(times))
+
+    def fail_for(self, method: str, seconds: float, *, error: str = "internal_error", status: int = 200) -> None:
+        """Every call of ``method`` fails for the next ``seconds`` (Slack having a bad few seconds)."""
+        self._outages[method] = (time.monotonic() + seconds, status, error)
+
+    def slow(self, method: str, seconds: float) -> None:
+        """Every call of ``method`` takes ``seconds`` longer (a slow users.info)."""
+        self._delays[method] = seconds
+
+    def slow_when(self, method: str, seconds: float, where: Callable[[dict[str, Any]], bool]) -> None:
+        """Calls of ``method`` whose params match ``where`` take ``seconds`` longer (one user's users.info);
+        ``seconds`` 0 ends it. Wins over ``slow``."""
+        self._delays_when = [d for d in self._delays_when if (d[0], d[2]) != (method, where)]
+        if seconds:
+            self._delays_when.append((method, seconds, where))
+
+    def delivered(self, method: str = "chat.postMessage") -> list[SlackCall]:
+        """The calls Slack accepted (ok), not the refused ones: what people actually saw."""
+        return [c for c in self.calls_to(method) if c.answer.get("ok")]
 
     def rate_limit(self, method: str, *, retry_after: int = 0, times: int = 1) -> None:
         """Slack's rate-limit answer: HTTP 429, ``error: ratelimited`` and a Retry-After header."""
@@ -252,9 +277,19 @@ class FakeSlackAPI(LoopbackServer):
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await _params(request)
-        self.calls.append(SlackCall(method, params, {k.lower(): v for k, v in request.headers.items()}))
+        call = SlackCall(method, params, {k.lower(): v for k, v in request.headers.items()})
+        self.calls.append(call)
         if not self._authorized(request, params, app_level=method.startswith("apps.connections.")):
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        pause = next(
+            (s for m, s, where in list(self._delays_when) if m == method and where(params)), self._delays.get(method)
+        )
+        if pause is not None:
+            await asyncio.sleep(pause)
+        outage = self._outages.get(method)
+        if outage is not None and time.monotonic() < outage[0]:
+            status, error = outage[1], outage[2]
+            return web.json_response({"ok": False, "error": error}, status=status)
         if self._errors[method]:
             scripted = self._errors[method].popleft()
             body = {"ok": False, "error": scripted.error}
@@ -263,7 +298,8 @@ class FakeSlackAPI(LoopbackServer):
         if answer is None:
             self.problems.append(f"unknown method {method}")
             return web.json_response({"ok": False, "error": "unknown_method"})
-        return web.json_response({"ok": True, **answer(params)}, headers={"x-oauth-scopes": "chat:write"})
+        call.answer.update(ok=True, **answer(params))
+        return web.json_response(call.answer, headers={"x-oauth-scopes": "chat:write"})
 
     def _authorized(self, request: web.Request, params: dict[str, Any], *, app_level: bool) -> bool:
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ") or params.get("token", "")
@@ -297,7 +333,16 @@ class FakeSlackAPI(LoopbackServer):
         channel = str(params.get("channel"))
         channel = "D" + channel[1:] if channel.startswith(("U", "W")) else channel  # a user id: their DM
         ts = self._next_ts()
+        message = {"ts": ts, "text": params.get("text", ""), "metadata": params.get("metadata")}
+        self.threads[(channel, str(params.get("thread_ts") or ts))].append(message)
         return {"channel": channel, "ts": ts, "message": {"ts": ts, "text": params.get("text", "")}}
+
+    def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A thread's messages as posted, with their metadata when ``include_all_metadata`` is set."""
+        messages = list(self.threads.get((str(params.get("channel")), str(params.get("ts"))), []))
+        if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
+            messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
+        return {"messages": messages, "has_more": False}
 
     def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"channel": params.get("channel"), "ts": params.get("ts"), "text": params.get("text", "")}
@@ -418,6 +463,9 @@ def mention_event(user: str, text: str, *, channel: str = "C0GENERAL", ts: str |
     return {"type": "app_mention", "channel": channel, "user": user, "text": text, "ts": ts or new_ts(), **extra}
 
 
+_TRIGGERS = itertools.count(1)
+
+
 def block_actions(
     user: str,
     action_id: str,
@@ -441,7 +489,7 @@ def block_actions(
         "api_app_id": app_id,
         "token": "legacy-verification-token",
         "container": container,
-        "trigger_id": "1.2.fake",
+        "trigger_id": f"1.{next(_TRIGGERS)}.fake",  # one per interaction, as Slack sends
         "team": {"id": team_id, "domain": "acme"},
         "channel": {"id": channel, "name": "general"},
         "message": message,

@@ -10,9 +10,19 @@ from datetime import timedelta
 import pytest
 
 from adapters.cli.traces import show_traces
+from bot.delivery import Address
 from bot.store import utcnow
-from bot.types import Answer, GaveUp, Pending, TerminationReason, UserRef
-from tests.bot.helpers import ALICE, BOB, ask, last_tool_results, left_executing_by_a_crash, service, settings_for
+from bot.types import Answer, GaveUp, Inbound, Pending, TerminationReason, UserRef
+from tests.bot.helpers import (
+    ALICE,
+    BOB,
+    RecordingSender,
+    ask,
+    last_tool_results,
+    left_executing_by_a_crash,
+    service,
+    settings_for,
+)
 from tests.fakes.openai_server import error, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
@@ -49,6 +59,8 @@ async def test_confirm_runs_the_frozen_arguments_not_a_regenerated_call(tmp_path
         assert decided.status == "confirmed"
         assert decided.result["ticket_id"] == "IT-1001"
         assert {k: ticket[k] for k in TICKET} == TICKET
+        assert decided.card is not None and (decided.card.state, decided.card.buttons) == ("done", False)
+        assert "Ticket IT-1001 created." in decided.card.status(str)
         after = fake_openai.requests[1]
         (result,) = last_tool_results(after)
         assert result == {"status": "created", "ticket_id": "IT-1001", "url": None}
@@ -240,7 +252,7 @@ async def test_a_failing_on_result_is_logged_and_the_run_still_continues(tmp_pat
         decided = await svc.decide(action.id, ALICE, "confirm", action.args_hash, on_result)
     assert decided.result["ticket_id"] == "IT-1001"
     assert decided.reply.reason == TerminationReason.ANSWERED
-    assert "reporting the result to the adapter failed" in caplog.text
+    assert "reporting the result failed; the run continues" in caplog.text
 
 
 async def test_a_write_held_back_in_the_same_turn_can_be_proposed_once_the_first_is_decided(
@@ -363,3 +375,170 @@ async def test_a_failed_write_on_the_last_step_gives_the_error_and_its_one_case(
     text = decided.reply.outcome.text
     assert "could not reach the ticket webhook" in text and decided.case.case_id in text
     assert [case.reason for case in cases] == ["ticket_failed"]  # the failure's case, and no give-up case
+
+
+# -- a click on a platform: the same decision, its card and reply through the outbox ----------------
+
+WHERE = Address("slack", "D0ALICE", "1700.1", None, ALICE.id, ALICE.name)
+CARD_MESSAGE = {"platform": "slack", "channel": "D0ALICE", "ts": "1700.2", "thread_ts": "1700.1"}
+
+
+def slack_question(text: str, event_id: str = "Ev1") -> Inbound:
+    return Inbound("slack", "D0ALICE", "1700.1", ALICE, text, event_id=event_id, tenant="T1")
+
+
+async def card_shown(svc, question: str = "VPN broken with NG-809") -> Pending:
+    """Ask in Slack; the card is posted (as the Slack sender would record where)."""
+    reply = await svc.handle_message(slack_question(question))
+    assert isinstance(reply.outcome, Pending)
+    await svc.pending.set_platform_message(reply.outcome.action.id, CARD_MESSAGE)
+    return reply.outcome
+
+
+async def test_a_click_decides_once_and_the_card_and_the_reply_go_out_through_the_outbox(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(propose(), text("Done: ticket IT-1001 is open."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        sender = RecordingSender("slack")
+        svc.outbox.register(sender)
+        pending = await card_shown(svc)
+        action = pending.action
+        decided = await svc.click(action.id, ALICE, "confirm", action.args_hash, address=WHERE)
+        late = await svc.click(action.id, ALICE, "confirm", action.args_hash, address=WHERE)
+        await svc.outbox.drain(5)
+        tickets = await svc.store.tickets.count()
+    assert decided.status == "confirmed" and late.status == "already_decided" and tickets == 1
+    proposal, card, answer, note, again = sender.posts
+    assert proposal.kind == "reply" and proposal.reply_outcome() == pending
+    assert card.kind == "card" and card.target == CARD_MESSAGE and card.card is not None
+    assert (card.card["state"], card.card["result"]["ticket_id"]) == ("done", "IT-1001")
+    assert answer.kind == "reply" and answer.reply_outcome().text == "Done: ticket IT-1001 is open."
+    assert answer.run_id == decided.reply.run_id
+    assert (note.kind, note.address.user) == ("private", ALICE.id) and note.text.startswith("Already confirmed by")
+    assert again.kind == "card" and again.card == card.card  # the late click's card: as it stands, done
+
+
+async def test_a_click_shows_the_working_card_at_once_then_the_result(tmp_path, fake_openai, sample_index):
+    fake_openai.script(propose(), text("Done."))
+    shown = []
+
+    async def show(view):
+        shown.append((view.state, view.decider, len(fake_openai.requests)))
+
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        sender = RecordingSender("slack")
+        svc.outbox.register(sender)
+        action = (await card_shown(svc)).action
+        await svc.click(action.id, ALICE, "confirm", action.args_hash, address=WHERE, show=show)
+        await svc.outbox.drain(5)
+    assert shown == [("working", ALICE.id, 1), ("done", ALICE.id, 1)]  # both before the model went on
+    assert [p.kind for p in sender.posts] == ["reply", "reply"]  # shown already: no card row on top
+
+
+async def test_someone_elses_click_is_told_privately_and_the_open_card_is_left_alone(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(propose())
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        sender = RecordingSender("slack")
+        svc.outbox.register(sender)
+        action = (await card_shown(svc)).action
+        bob_here = Address("slack", "D0ALICE", "1700.1", None, BOB.id, BOB.name)
+        refused = await svc.click(action.id, BOB, "confirm", action.args_hash, address=bob_here, who=str.upper)
+        await svc.outbox.drain(5)
+        record = await svc.pending.get(action.id)
+    assert refused.status == "not_requester" and record.state == "open"
+    _proposal, note = sender.posts
+    only = f"Only {ALICE.id.upper()} can confirm this."  # the requester as the platform shows a person
+    assert (note.kind, note.address.user, note.text) == ("private", BOB.id, only)
+
+
+async def test_a_click_on_an_expired_card_is_told_why_and_the_card_says_so(tmp_path, fake_openai, sample_index):
+    fake_openai.script(propose())
+    async with service(tmp_path, fake_openai, sample_index, pending_ttl_s=1) as svc:
+        sender = RecordingSender("slack")
+        svc.outbox.register(sender)
+        action = (await card_shown(svc)).action
+        await asyncio.sleep(1.1)
+        decided = await svc.click(action.id, ALICE, "confirm", action.args_hash, address=WHERE)
+        await svc.outbox.drain(5)
+        assert await svc.store.tickets.count() == 0
+    assert decided.status == "expired"
+    _proposal, note, card = sender.posts
+    assert note.kind == "private" and note.text.startswith("This request expired at")
+    assert card.kind == "card" and card.card is not None and card.card["state"] == "expired"
+
+
+class FailsOnce:
+    """A commit as it goes when the database drops the connection once: the first call raises."""
+
+    def __init__(self, commit):
+        self._commit = commit
+        self.calls = 0
+
+    async def __call__(self, **kwargs):
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionResetError("the database went away")
+        return await self._commit(**kwargs)
+
+
+async def test_a_click_whose_outcome_was_lost_resumes_its_run_without_running_the_call_again(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(propose(), text("Lost with the commit."), text("Done: ticket IT-1001 is open."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        sender = RecordingSender("slack")
+        svc.outbox.register(sender)
+        action = (await card_shown(svc)).action
+
+        async def click(record):
+            await svc.click(action.id, ALICE, "confirm", action.args_hash, address=WHERE)
+
+        svc.inbox.register("test.click", click)
+        svc.outcomes.commit = FailsOnce(svc.outcomes.commit)  # the click's outcome does not commit
+        await svc.inbox.accept("slack:action:1", "slack", "test.click", {})
+        await svc.inbox.drain(10)
+        assert await svc.store.tickets.count() == 1  # the call ran; its reply was lost
+        assert await svc.inbox.recover(set()) == ["slack:action:1"]  # a sweep: the click is worked on again
+        await svc.inbox.drain(10)
+        await svc.outbox.drain(5)
+        tickets = await svc.store.tickets.count()
+        runs = await svc.store.runs.of_conversation(slack_question("").conversation_key)
+    assert tickets == 1  # never twice
+    _proposal, card, answer = sender.posts
+    assert card.card is not None and card.card["state"] == "done"
+    assert answer.reply_outcome().text == "Done: ticket IT-1001 is open."
+    assert [r.inbox_id for r in runs] == [None, "slack:action:1"]  # the proposal, then the one continuation
+    fake_openai.assert_script_consumed()
+
+
+async def test_a_losing_double_click_retried_after_a_failure_does_not_continue_the_run_a_second_time(
+    tmp_path, fake_openai, sample_index
+):
+    # Alice double-clicks Confirm: the first click wins and its run goes on; the second loses, but its
+    # refusal fails to commit (the database blinked), so the inbox works on it again.
+    fake_openai.script(propose(), text("Done: ticket IT-1001 is open."), text("A second continuation."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        sender = RecordingSender("slack")
+        svc.outbox.register(sender)
+        action = (await card_shown(svc)).action
+
+        async def click(record):
+            await svc.click(action.id, ALICE, "confirm", action.args_hash, address=WHERE)
+
+        svc.inbox.register("test.click", click)
+        await svc.inbox.accept("slack:action:first", "slack", "test.click", {})
+        await svc.inbox.drain(10)
+        svc.outcomes.commit = FailsOnce(svc.outcomes.commit)
+        await svc.inbox.accept("slack:action:second", "slack", "test.click", {})
+        await svc.inbox.drain(10)
+        await svc.inbox.recover(set())
+        await svc.inbox.drain(10)
+        await svc.outbox.drain(5)
+        runs = await svc.store.runs.of_conversation(slack_question("").conversation_key)
+    answers = [p for p in sender.posts if p.kind == "reply" and not isinstance(p.reply_outcome(), Pending)]
+    assert [a.reply_outcome().text for a in answers] == ["Done: ticket IT-1001 is open."]
+    assert [r.inbox_id for r in runs] == [None, "slack:action:first"]
+    assert len(fake_openai.requests) == 2

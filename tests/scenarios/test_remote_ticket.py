@@ -7,7 +7,7 @@ import pytest
 from bot.helpdesk import HandoffCase, case_number
 from bot.types import TerminationReason
 from tests.bot.helpers import ALICE, ask, last_tool_results, left_executing_by_a_crash, service
-from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow
+from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow, FakeWebhook, status
 from tests.fakes.openai_server import text, tool_calls
 
 pytestmark = pytest.mark.asyncio
@@ -117,3 +117,39 @@ async def test_an_action_interrupted_by_a_crash_opens_a_case_for_a_human_to_chec
     assert (case.reason, case.user.id, case.question) == ("action_unknown", "U_ALICE", "VPN broken with NG-809")
     assert "check whether it happened" in case.transcript["detail"]
     assert case.transcript["actions"][0]["state"] == "unknown"
+
+
+async def test_a_ticket_request_the_system_got_but_never_answered_is_unknown_and_checked_by_a_person(
+    tmp_path, fake_openai, sample_index
+):
+    fake_openai.script(propose(), text("I can't tell whether the ticket was made; the helpdesk will check."))
+    async with FakeWebhook() as hook:
+        hook.script(status(503, "upstream timeout"))  # the receiver's own server error: it may have made it
+        settings = {
+            "tickets": "webhook", "tickets_webhook_url": f"{hook.url}/tickets",
+            "tickets_webhook_secret": hook.secret, "tickets_attempts": 1,
+        }  # fmt: skip
+        async with service(tmp_path, fake_openai, sample_index, **settings) as svc:
+            reply = await ask(svc, "VPN broken with NG-809")
+            decided = await confirm(svc, reply)
+            record = await svc.pending.get(reply.outcome.action.id)
+    assert decided.result["kind"] == "unknown" and len(hook.requests) == 1
+    assert record.state == "unknown"  # neither done nor failed: nobody knows, and it is never retried
+    assert decided.case is not None and decided.case.reason == "action_unknown"
+    assert decided.card is not None and "not known whether it went through" in decided.card.status(str)
+
+
+async def test_an_action_its_dead_executor_left_is_handed_to_a_person_at_once(tmp_path, fake_openai, sample_index):
+    fake_openai.script(propose())
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        action = reply.outcome.action
+        assert await svc.store.pending.transition(
+            action.id, ("open",), "executing", executor="other-host:ns:7:gone", decider=ALICE.id
+        )  # confirmed just now by a replica that then died mid-call
+        not_yet = await svc.recover()  # without knowing it died: it might still be running
+        recovered = await svc.recover(["other-host:ns:7:gone"])
+        tickets = await svc.store.tickets.count()
+    assert not_yet == [] and tickets == 0
+    ((record, case),) = recovered
+    assert (record.id, record.state, case.reason, case.case_id) == (action.id, "unknown", "action_unknown", "HD-1001")

@@ -50,7 +50,7 @@ async def test_a_step_budget_give_up_in_slack_names_the_case_and_the_helpdesk_ch
             (reply,) = await slack.wait_for("chat.postMessage", where=lambda c: c.get("channel") == "C0GENERAL")
             await slack.wait_for("chat.postMessage", 2, where=lambda c: c.get("channel") == HELPDESK)
             await wait_delivered(service.store)
-            (record,) = await service.store.cases.deliveries([1])
+            (record,) = await service.store.outbox.deliveries([1])
         finally:
             await server.close()
             await service.close()

@@ -13,9 +13,12 @@ from aiohttp import web
 
 from adapters.server import build_app
 from adapters.teams import cards
-from adapters.teams.cards import CARD_CONTENT_TYPE
+from adapters.teams.cards import CARD_CONTENT_TYPE, MESSAGE_CONTENT_TYPE
+from adapters.teams.dedupe import inbox_id
+from adapters.teams.handler import CLICK
 from bot.store import PendingRecord, utcnow
-from tests.adapters.teams.test_app import TICKET, Teams, running_teams
+from tests.adapters.teams.test_app import TICKET, Teams, refuse_inbox_writes, running_teams
+from tests.bot.helpers import eventually
 from tests.fakes.bot_connector import ALICE, BOB, CHANNEL, Recorded
 from tests.fakes.helpdesk_servers import FakeWebhook, slow
 from tests.fakes.openai_server import held, text, tool_calls
@@ -68,6 +71,18 @@ def facts(card: dict[str, Any]) -> dict[str, str]:
     return cards.card_fields(card)
 
 
+async def updated_to(teams: Teams, words: str) -> Recorded:
+    """The first update of a posted card that says ``words`` (the "working" state comes before the result)."""
+    return await teams.channel.wait_for(lambda r: r.kind == "update" and words in card_text(r.cards[0]))
+
+
+async def answered_invoke(teams: Teams, invoke: dict[str, Any]) -> Any:
+    """Post an invoke; its answer body (a card that replaces the clicked one, or a message that keeps it)."""
+    status, body = await teams.post(invoke)
+    assert status == 200 and body["statusCode"] == 200, body
+    return body
+
+
 # --- the card -------------------------------------------------------------------------------------
 
 
@@ -110,9 +125,13 @@ async def test_confirm_by_the_requester_answers_fast_replaces_the_card_and_repli
         assert "reply 2" not in teams.model.events_until("click answered")  # before the slow model finished
         assert "Confirmed by Alice Example" in card_text(decided) and "IT-1001" in card_text(decided)
         assert "actions" not in decided and facts(decided) == facts(card)
-        update = await teams.channel.wait_for(lambda r: r.kind == "update")
+        update = await updated_to(teams, "IT-1001")
         assert update.activity_id == posted.id and update.conversation_id == posted.conversation_id
         assert update.cards == [decided]
+        # For everyone: first the buttons go ("working"), then the result; never the other way round.
+        working, result = teams.channel.updates
+        assert "clicked Confirm" in card_text(working.cards[0]) and "actions" not in working.cards[0]
+        assert result is update
         final = await teams.reply(count=2)
         assert final.text == "Done: ticket IT-1001 is open."
         assert final.conversation_id == posted.conversation_id
@@ -133,9 +152,11 @@ async def test_a_slow_ticket_system_gets_creating_the_ticket_then_the_posted_car
             teams.model.script(propose(), text("Done: your ticket is open."))
             posted, card = await card_in_channel(teams)
             seen = await click(teams, posted, "confirm", card)
-            assert "Confirmed by Alice Example. Creating the ticket…" in card_text(seen) and "actions" not in seen
-            update = await teams.channel.wait_for(lambda r: r.kind == "update")
-            assert "WH-1" in card_text(update.cards[0]) and "actions" not in update.cards[0]
+            # The result was not in by the deadline: the card as it stood then, buttons gone.
+            assert "Alice Example clicked Confirm at" in card_text(seen) and "Working on it…" in card_text(seen)
+            assert "actions" not in seen
+            update = await updated_to(teams, "WH-1")
+            assert "actions" not in update.cards[0] and teams.channel.updates[-1] is update
             assert (await teams.reply(count=2)).text == "Done: your ticket is open."
         finally:
             await harness.aclose()
@@ -147,11 +168,12 @@ async def test_another_user_is_told_only_the_requester_can_decide_and_nothing_ru
 
     seen_by_bob = await click(teams, posted, "confirm", card, sender=BOB)
 
-    assert "Only Alice Example can confirm or cancel this request." in card_text(seen_by_bob)
+    assert "Only Alice Example can confirm this." in card_text(seen_by_bob)
     assert len(await teams.service.store.pending.find("open")) == 1
     assert await teams.service.store.tickets.count() == 0
-    await asyncio.sleep(0.2)
-    assert teams.channel.updates == [] and len(teams.model.requests) == 1
+    await teams.settle()
+    assert teams.channel.updates == [] and len(teams.model.requests) == 1  # the posted card is left as it is
+    assert len(teams.channel.messages()) == 1  # Bob's note is his invoke answer: nothing is posted in the thread
 
 
 async def test_cancel_replaces_the_card_and_creates_no_ticket(teams):
@@ -160,9 +182,9 @@ async def test_cancel_replaces_the_card_and_creates_no_ticket(teams):
 
     decided = await click(teams, posted, "cancel", card)
 
-    assert "Cancelled by Alice Example" in card_text(decided)
-    update = await teams.channel.wait_for(lambda r: r.kind == "update")
-    assert "Cancelled by Alice Example" in card_text(update.cards[0])
+    assert "Cancelled by Alice Example" in card_text(decided) and "actions" not in decided
+    update = await updated_to(teams, "Cancelled by Alice Example")
+    assert update.cards == [decided]
     assert (await teams.reply(count=2)).text == "OK, no ticket."
     assert await teams.service.store.tickets.count() == 0
 
@@ -177,7 +199,7 @@ async def test_a_double_click_creates_one_ticket_and_both_clicks_see_it(teams):
     for seen in (first, second):
         assert "IT-1001" in card_text(seen) and "actions" not in seen
     await teams.reply(count=2)
-    await asyncio.sleep(0.2)
+    await teams.settle()
     assert len(teams.channel.messages()) == 2  # the card and one final reply
     teams.model.assert_script_consumed()
 
@@ -191,8 +213,9 @@ async def test_a_click_on_an_expired_card_says_so_and_runs_nothing(teams):
     seen = await click(teams, posted, "confirm", card)
 
     assert "This request expired at" in card_text(seen) and "actions" not in seen
-    update = await teams.channel.wait_for(lambda r: r.kind == "update")
-    assert "expired" in card_text(update.cards[0])
+    assert card_text(seen).count("This request expired at") == 1  # said once, not as a notice and a state
+    update = await updated_to(teams, "expired")  # the posted card says so too, for everyone
+    assert update.activity_id == posted.id
     assert await teams.service.store.tickets.count() == 0
 
 
@@ -204,7 +227,8 @@ async def test_a_click_on_an_already_decided_card_shows_the_decision(teams):
 
     later = await click(teams, posted, "confirm", card)
 
-    assert "Cancelled by Alice Example" in card_text(later)
+    assert "Already cancelled by Alice Example at" in card_text(later)  # why this click did nothing
+    assert "Cancelled by Alice Example" in card_text(later) and "actions" not in later
     assert await teams.service.store.tickets.count() == 0
 
 
@@ -216,6 +240,8 @@ async def test_a_tampered_hash_is_refused(teams):
     seen = await click(teams, posted, "confirm", card)
 
     assert "does not match the stored request" in card_text(seen)
+    restored = next(a["data"] for a in seen["actions"] if a["verb"] == "confirm")
+    assert restored["args_hash"] != "0" * 32  # the real buttons are back, for the requester to use
     assert await teams.service.store.tickets.count() == 0
 
 
@@ -228,9 +254,10 @@ async def test_a_redelivered_confirm_invoke_runs_the_ticket_once(teams):
     await teams.post(invoke)
     _, again = await teams.post(invoke)
 
-    assert "IT-1001" in card_text(again["value"])
+    assert "IT-1001" in card_text(again["value"])  # answered with the card as it stands
     await teams.reply(count=2)
-    assert await teams.service.store.tickets.count() == 1
+    await teams.settle()
+    assert await teams.service.store.tickets.count() == 1 and len(teams.channel.messages()) == 2
 
 
 async def test_after_a_restart_a_click_still_decides_and_replies_in_the_stored_thread(teams):
@@ -306,18 +333,23 @@ async def test_a_redelivered_handoff_invoke_posts_the_case_once(teams):
     invoke = teams.channel.card_action("handoff", data, on=reply)
     await teams.post(invoke)
     told = await teams.reply(count=2)
-    await teams.post(invoke)  # Teams resends an invoke it thinks went unanswered
-    await asyncio.sleep(0.3)
+    _, again = await teams.post(invoke)  # Teams resends an invoke it thinks went unanswered
+    await teams.settle()
     assert "HD-" in told.text and len(teams.channel.messages()) == 2
+    assert card_text(again["value"]) == cards.HANDOFF_STARTED
 
 
 async def test_without_a_helpdesk_service_the_user_gets_the_run_reference(teams, monkeypatch):
     monkeypatch.setattr(teams.service, "request_handoff", None, raising=False)
     reply, card = await answered(teams)
     await click(teams, reply, "handoff", card)
+    for _ in (1, 2):  # tried again twice (the sweeper's passes) before the person is told
+        await eventually(lambda: len(teams.service.inbox) == 0)
+        assert len(teams.channel.messages()) == 1
+        assert len(await teams.service.inbox.recover(set())) == 1
     told = await teams.reply(count=2)
     (run,) = await teams.service.store.runs.recent()
-    assert run.id in told.text
+    assert run.id in told.text and "couldn't reach the helpdesk" in told.text
 
 
 # --- a busy connector, a malformed click, a slow roster ----------------------------------------------
@@ -327,11 +359,14 @@ async def test_a_ticket_card_and_its_update_refused_once_are_still_delivered(tea
     teams.channel.refuse_next(503)
     teams.model.script(propose(), text("Raised."))
     posted, card = await card_in_channel(teams)  # the card is posted and where it went is stored
-    teams.channel.refuse_next(412)
+    teams.channel.refuse_next(412)  # the first update: the card's "working" state
     decided = await click(teams, posted, "confirm", card)
-    update = await teams.channel.wait_for(lambda r: r.kind == "update")
+    update = await updated_to(teams, "IT-1001")
     assert update.activity_id == posted.id and update.cards == [decided]
+    await teams.reply(count=2)
+    await teams.settle()
     assert teams.channel.refused == [("send", 503), ("update", 412)]
+    assert teams.channel.updates[-1] is update  # the result stays; the retried "working" never overtakes it
 
 
 async def test_a_ticket_card_the_channel_will_not_take_is_withdrawn_and_handed_to_a_person(teams):
@@ -353,7 +388,7 @@ async def test_a_card_posted_on_a_channel_that_answers_without_an_id_stays_open(
     teams.model.script(propose())
     await teams.post(teams.channel.channel_message("my VPN says NG-809, please open a ticket"))
     posted = await teams.reply()
-    await asyncio.sleep(0.5)  # time enough for a wrong withdrawal and its notice to arrive
+    await teams.settle()  # a wrong withdrawal and its notice would have been posted by now
     assert posted.cards and len(teams.channel.messages()) == 1
     (record,) = await teams.service.store.pending.find("open")
     assert record.platform_message is None
@@ -442,44 +477,93 @@ async def test_a_roster_lookup_slower_than_a_click_still_fills_the_profile_cache
         ]
         bob_lookups = [lookup for lookup in teams.channel.member_lookups if lookup[1] == BOB["id"]]
         assert len(bob_lookups) == 1
-        for seen in (first, second):
-            assert "Only Alice Example can confirm or cancel this request." in card_text(seen)
+        assert "Only Alice Example can confirm this." in card_text(first)
+        assert "Only Alice Example can cancel this." in card_text(second)
         assert len(await teams.service.store.pending.find("open")) == 1
 
 
-async def test_a_click_whose_decision_fails_says_so_and_keeps_the_buttons(teams, monkeypatch):
+async def test_a_click_whose_work_keeps_failing_is_retried_then_says_so_and_the_card_keeps_its_buttons(
+    teams, monkeypatch
+):
     teams.model.script(propose())
     posted, card = await card_in_channel(teams)
+    tries: list[str] = []
 
-    async def broken(*args, **kwargs):
+    async def broken(pending_id: str, *args: Any, **kwargs: Any) -> Any:
+        tries.append(pending_id)
         raise RuntimeError("database down")
 
-    monkeypatch.setattr(teams.service, "decide", broken)
-    seen = await click(teams, posted, "confirm", card)
+    monkeypatch.setattr(teams.service, "click", broken)
+    data = next(a["data"] for a in card["actions"] if a["verb"] == "confirm")
+    seen = await answered_invoke(teams, teams.channel.card_action("confirm", data, on=posted))
 
-    assert [a["verb"] for a in seen["actions"]] == ["confirm", "cancel"]  # not a dead "Working on it…"
+    # Not a dead "Working on it…" card: a message for the clicker, and the card left as it is.
+    assert seen["type"] == MESSAGE_CONTENT_TYPE and "trying again" in seen["value"]
+    for tried in (1, 2):  # each sweeper pass hands the unanswered click out again
+        await eventually(lambda n=tried: len(tries) == n and len(teams.service.inbox) == 0)
+        assert len(teams.channel.messages()) == 1  # nobody told yet: it is being retried
+        await teams.service.inbox.recover(set())
     told = await teams.reply(count=2)
-    assert told.text.startswith("Sorry, something went wrong") and told.conversation_id == posted.conversation_id
-    update = await teams.channel.wait_for(lambda r: r.kind == "update")
-    assert update.activity_id == posted.id and update.cards[0]["actions"] == card["actions"]
+    assert len(tries) == 3 and told.text.startswith("Sorry, something went wrong")
+    assert told.conversation_id == posted.conversation_id and "teams:" in told.text  # with a reference to quote
+    assert teams.channel.updates == []  # nothing was decided: the buttons never went away
     assert len(await teams.service.store.pending.find("open")) == 1
 
 
-async def test_a_click_that_fails_after_the_ticket_was_made_does_not_ask_to_try_again(teams, monkeypatch):
+async def test_a_click_that_fails_after_the_ticket_was_made_is_not_run_again_and_asks_nobody_to_retry(
+    teams, monkeypatch
+):
     teams.model.script(propose(), text("Raised."))
     posted, card = await card_in_channel(teams)
-    decide = teams.service.decide
+    click_once = teams.service.click
 
     async def fails_after(*args, **kwargs):
-        await decide(*args, **kwargs)  # the ticket is created; then something breaks
+        await click_once(*args, **kwargs)  # the ticket is created and the reply committed; then something breaks
         raise RuntimeError("lost the database after the ticket")
 
-    monkeypatch.setattr(teams.service, "decide", fails_after)
+    monkeypatch.setattr(teams.service, "click", fails_after)
     await click(teams, posted, "confirm", card)
 
     told = await teams.reply(count=2)
-    assert "try again" not in told.text and "The card shows what was done" in told.text
+    await teams.settle()
+    assert await teams.service.inbox.recover(set()) == []  # its reply is committed: the click is answered
+    await teams.settle()
+    assert told.text == "Raised." and len(teams.channel.messages()) == 2  # no apology, no "try again"
     assert await teams.service.store.tickets.count() == 1
+
+
+async def test_a_click_that_cannot_be_written_down_gets_503_and_decides_nothing(teams, monkeypatch):
+    teams.model.script(propose())
+    posted, card = await card_in_channel(teams)
+    data = next(a["data"] for a in card["actions"] if a["verb"] == "confirm")
+    refuse_inbox_writes(monkeypatch, teams.service)
+
+    status, _ = await teams.post(teams.channel.card_action("confirm", data, on=posted))
+    await teams.settle()
+
+    assert status == 503  # Teams tells the clicker it failed, and the card keeps its buttons
+    assert len(await teams.service.store.pending.find("open")) == 1 and await teams.service.store.tickets.count() == 0
+    assert teams.channel.updates == [] and len(teams.model.requests) == 1
+
+
+async def test_a_click_left_by_a_dead_process_is_decided_once_and_its_reply_posted_once(teams):
+    teams.model.script(propose(), text("Ticket raised."))
+    posted, card = await card_in_channel(teams)
+    invoke = teams.channel.card_action("confirm", card["actions"][0]["data"], on=posted)
+    # Another process wrote the click down, answered the invoke and died before deciding.
+    await teams.service.store.inbox.accept(inbox_id(invoke), "teams", CLICK, {"activity": invoke}, "dead-process")
+
+    assert await teams.service.inbox.recover({"dead-process"}) == [inbox_id(invoke)]
+    final = await teams.reply(count=2)
+    update = await updated_to(teams, "IT-1001")  # the posted card, for everyone
+    again = await answered_invoke(teams, invoke)  # Teams delivers the invoke again meanwhile
+    await teams.settle()
+
+    assert final.text == "Ticket raised." and final.conversation_id == posted.conversation_id
+    assert update.activity_id == posted.id and "actions" not in update.cards[0]
+    assert again["type"] == MESSAGE_CONTENT_TYPE  # already received: the card is left to say what happened
+    assert await teams.service.store.tickets.count() == 1 and len(teams.channel.messages()) == 2
+    assert teams.model.remaining == 0 and len(teams.model.requests) == 2
 
 
 async def test_a_second_click_while_the_ticket_is_created_never_leaves_the_card_saying_creating(
@@ -496,9 +580,10 @@ async def test_a_second_click_while_the_ticket_is_created_never_leaves_the_card_
             await click(teams, posted, "confirm", card)
             teams.channel.refuse_next(429, retry_after="2")  # a throttled channel delays any update from here
             second = await click(teams, posted, "confirm", card)
-            assert "Creating the ticket…" in card_text(second)
+            assert "Creating it now…" in card_text(second) and "Already confirmed by Alice Example" in card_text(second)
+            await updated_to(teams, "WH-1")
             await teams.reply(count=2)
-            await asyncio.sleep(2.5)  # past the Retry-After of anything the second click sent
+            await teams.settle()  # whatever either click sent has landed (its Retry-After included)
             assert "WH-1" in card_text(teams.channel.updates[-1].cards[0])
             assert len(hook.requests) == 1  # one ticket, however many clicks
         finally:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from adapters.cli import main
-from adapters.cli.console import ask, chat, outcome_json, recover_unless_served
+from adapters.cli.console import ask, chat, decide_by_id, outcome_json, recover_unless_served
 from bot.config import Settings
 from bot.models.offline import OfflineModel
 from bot.store import utcnow
@@ -211,3 +211,28 @@ async def test_ask_without_a_terminal_says_the_card_is_left_open_and_how_to_deci
     pending_id = card.rsplit("└ pending ", 1)[1].split(" ", 1)[0]
     assert code == 0 and "needs your confirmation" in card
     assert hint == f"(left open: `policypal decide {pending_id} confirm` or `cancel`; or ask with --yes or --no)"
+
+
+async def test_a_card_left_open_is_decided_by_a_later_process_and_the_terminal_posts_nothing(tmp_path, sample_index):
+    asking = await offline_service(tmp_path, sample_index)
+    out = io.StringIO()
+    try:
+        await ask(asking, "My laptop was stolen from my car this morning", ALICE, prompt=None, as_json=True, out=out)
+    finally:
+        await asking.close()
+    pending_id = json.loads(out.getvalue())["pending"]["id"]
+    later = await offline_service(tmp_path, sample_index)
+    decided, again = io.StringIO(), io.StringIO()
+    try:
+        code = await decide_by_id(later, pending_id, ALICE, "confirm", out=decided)
+        second = await decide_by_id(later, pending_id, ALICE, "confirm", out=again)
+        tickets = await later.store.tickets.count()
+        record = await later.pending.get(pending_id)
+        runs = await later.store.runs.recent()
+        rows = await later.store.outbox.of_conversation(record.conversation_key)
+    finally:
+        await later.close()
+    assert (code, second, tickets) == (0, 1, 1)
+    assert "Ticket IT-1001 created." in decided.getvalue() and again.getvalue().startswith("Already confirmed by")
+    assert record.state == "done" and [r.inbox_id for r in runs] == [None, None]  # no inbox in the terminal
+    assert rows == []  # the terminal renders its replies itself: no outbox rows for it

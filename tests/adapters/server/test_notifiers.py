@@ -1,22 +1,23 @@
-"""Telling a thread something after its request ended (crash recovery, expired cards), on each platform."""
+"""Telling a Teams thread something after its request ended (crash recovery, expired cards).
+
+Slack's recovery posts, through the service and the outbox, are in ``test_recovery_posts``.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
 import pytest
 
-from adapters.slack import SlackNotifier
-from adapters.slack.inbound import BotIdentity
-from adapters.slack.post import SlackPoster, web_client
-from adapters.teams import TeamsNotifier
+from adapters.teams import TeamsSender
 from adapters.teams.activity import reference_of, to_inbound
-from bot.delivery import Notice
-from bot.store import PendingRecord, Place, utcnow
+from bot.cards import CardView
+from bot.delivery import Address, Delivery, Post
+from bot.errors import RemoteError
+from bot.store import DeliveryRecord, PendingRecord, utcnow
 from bot.types import UserRef
-from tests.fakes.slack_api import FakeSlackAPI
 
 pytestmark = pytest.mark.asyncio
 
@@ -48,28 +49,57 @@ class Connector:
         return None
 
 
+async def _no_place(key: str) -> None:
+    return None
+
+
+def no_places() -> Any:
+    """The service as the Teams sender reads it: no place stored for any conversation."""
+    return SimpleNamespace(store=SimpleNamespace(threads=SimpleNamespace(get_place=_no_place)))
+
+
+def teams_row(post: Post, key: str = "teams:t:c:c") -> DeliveryRecord:
+    """An outbox row as the outbox hands it to the Teams sender (claimed, first attempt)."""
+    now = utcnow()
+    return DeliveryRecord(
+        id=7, kind="post", case_number=None, destination="teams:chat", payload=post.to_json(), conversation_key=key,
+        inbox_id=None, coalesce_key=None, state="sending", attempts=1, next_attempt_at=now, claimed_by="me",
+        claimed_at=now, last_error=None, external_ref=None, delivered_at=None, created_at=now, idempotency_key="k",
+    )  # fmt: skip
+
+
+async def _saved(progress: str) -> None:
+    pass
+
+
+FIRST_ATTEMPT = Delivery(row_id=7, key="k", progress=None, save=_saved)
+
+
 async def test_a_recovered_run_is_told_through_the_reference_kept_from_the_first_message():
     inbound = to_inbound(ACTIVITY, UserRef("aad-alice", "Alice"))
     assert inbound.address == reference_of(ACTIVITY)  # kept with the conversation's place
-    place = Place(inbound.conversation_key, "teams", "tenant-1", "a:1personal", "a:1personal", None, inbound.address)
+    address = Address("teams", inbound.channel, inbound.thread, inbound.address)  # as the sweeper's post has it
+    post = Post("notice", address, text="I was restarted. Case HD-1001.", run_id="run_1", case_id="HD-1001")
     connector = Connector()
-    told = await TeamsNotifier(connector).notify(place, Notice("I was restarted. Case HD-1001.", "run_1", "HD-1001"))
+    sent = await TeamsSender(connector, no_places()).send(teams_row(post, inbound.conversation_key), FIRST_ATTEMPT)
     ((reference, activity),) = connector.sent
-    assert told and reference["serviceUrl"] == "https://smba.trafficmanager.net/emea/"
+    assert sent == "posted-1" and reference["serviceUrl"] == "https://smba.trafficmanager.net/emea/"
     assert "HD-1001" in activity["text"] and "run_1" in activity["text"]
 
 
-async def test_a_place_without_a_reference_is_not_told_and_says_so(caplog: pytest.LogCaptureFixture):
-    place = Place("teams:t:c:c", "teams", "t", "c", "c", None)
-    assert await TeamsNotifier(Connector()).notify(place, Notice("hello")) is False
-    assert "no conversation reference" in caplog.text
+async def test_a_place_without_a_reference_is_not_told_and_says_so():
+    post = Post("notice", Address("teams", "c", "c"), text="hello")
+    with pytest.raises(RemoteError, match="no conversation reference") as refused:
+        await TeamsSender(Connector(), no_places()).send(teams_row(post), FIRST_ATTEMPT)
+    assert not refused.value.retryable  # the outbox gives up on it at once, and logs it
 
 
 async def test_an_expired_teams_card_is_replaced_where_it_was_posted():
     where = {"reference": reference_of(ACTIVITY), "activity_id": "card-9", "requester_name": "Alice"}
     record = expired_record(where)
+    post = Post("card", Address("teams", "c", "c"), card=CardView.of(record).to_json(), target=where)
     connector = Connector()
-    assert await TeamsNotifier(connector).card_expired(record)
+    assert await TeamsSender(connector, no_places()).send(teams_row(post), FIRST_ATTEMPT) == "card-9"
     ((_, activity_id, activity),) = connector.updated
     assert activity_id == "card-9" and "request expired at" in str(activity)
 
@@ -79,21 +109,8 @@ def expired_record(platform_message: dict[str, Any], key: str = "teams:t:c:c") -
     return PendingRecord(
         id="p1", run_id="r1", conversation_key=key, requester="U_ALICE", tool="create_it_ticket",
         call_id="c1", arguments={"summary": "VPN"}, args_hash="h", text="Confirm?", state="expired",
-        created_at=now - timedelta(days=1), expires_at=now, decided_at=None, decider=None, finished_at=now,
+        created_at=now - timedelta(days=1), expires_at=now, decided_at=None, decider=None, executor=None,
+        finished_at=now,
         result=None, run_state={}, platform_message=platform_message,
     )  # fmt: skip
 
-
-async def test_slack_gets_the_give_up_in_the_thread_and_the_expired_card_updated_in_place():
-    async with FakeSlackAPI() as slack, aiohttp.ClientSession() as session:
-        poster = SlackPoster(web_client(slack.token, session, slack.base_url), BotIdentity("UBOT", "BBOT", "T0TEAM"))
-        notifier = SlackNotifier(poster)
-        place = Place("slack:T0TEAM:C1:1700.1", "slack", "T0TEAM", "C1", "1700.1", None)
-        told = await notifier.notify(place, Notice("This request was stopped. Case HD-1001.", "run_1", "HD-1001"))
-        message = {"platform": "slack", "channel": "C1", "ts": "1700.2", "thread_ts": "1700.1"}
-        updated = await notifier.card_expired(expired_record(message, "slack:T0TEAM:C1:1700.1"))
-    (post,) = slack.calls_to("chat.postMessage")
-    (update,) = slack.calls_to("chat.update")
-    assert told and (post["channel"], post["thread_ts"]) == ("C1", "1700.1") and "HD-1001" in post.block_text
-    assert updated and (update["channel"], update["ts"]) == ("C1", "1700.2")
-    assert "This request expired at" in update.block_text

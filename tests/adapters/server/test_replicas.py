@@ -129,13 +129,19 @@ def test_retries_and_double_clicks_across_two_replicas_act_once(
             assert [c.result() for c in clicks] == [200] * 4
         wait_calls(slack, "chat.postMessage", 2, where=in_thread(asking))
         wait_until(lambda: len(slack.calls_to("chat.postEphemeral")) >= 3, what="the losing clicks' notes")
+        unsent = "SELECT count(*) FROM outbox WHERE state NOT IN ('delivered', 'superseded')"
+        wait_until(lambda: asyncio.run(_count(database_url, unsent)) == 0, what="every outbox row sent")
         tickets = asyncio.run(_scalar(database_url, "SELECT count(*) FROM tickets"))
         runs = asyncio.run(_scalar(database_url, "SELECT count(*) FROM runs"))
+        answering = asyncio.run(_scalar(database_url, "SELECT count(DISTINCT inbox_id) FROM runs"))
+        items = asyncio.run(_scalar(database_url, "SELECT count(*) FROM inbox"))
         done = asyncio.run(_scalar(database_url, "SELECT count(*) FROM pending_actions WHERE state = 'done'"))
     for event in events:
         (answer,) = slack.calls_to("chat.postMessage", in_thread(event))
         assert f"Answer to: {event['text']}" in answer.get("text", "") + answer.block_text
     assert tickets == 1 and done == 1
     assert runs == EVENTS + 2  # one per event, the ticket question, and its continuation after Confirm
+    assert answering == runs  # each run answers an inbox item of its own: none ran twice for one item
+    assert items == EVENTS + 1 + 4  # each event once however often delivered; each click its own item
     assert len(model.requests) == EVENTS + 2
     assert len(slack.calls_to("chat.postMessage", in_thread(asking))) == 2  # the card, then one final reply

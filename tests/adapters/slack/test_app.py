@@ -34,7 +34,7 @@ from bot.service import PolicyPal
 from bot.wiring import open_service
 from retrieval import Passage
 from tests.adapters.slack.test_manifest import web_api_methods
-from tests.bot.helpers import OnePassage, settings_for
+from tests.bot.helpers import OnePassage, eventually, settings_for
 from tests.fakes.openai_server import FakeOpenAI, delay, held, text, tool_calls
 from tests.fakes.slack_api import (
     FakeSlackAPI,
@@ -372,7 +372,7 @@ async def test_channel_not_found_is_logged_and_the_user_is_told_by_dm(
     slack: SlackRig, caplog: pytest.LogCaptureFixture
 ):
     slack.model.script(answer())
-    slack.slack.fail("chat.postMessage", "channel_not_found")
+    slack.slack.fail("chat.postMessage", "channel_not_found", times=2)  # the reply, then the note in its place
     with caplog.at_level(logging.ERROR, logger="adapters.slack.post"):
         await slack.send(event_envelope(mention_event(ALICE, "<@UBOT> can I work abroad?", channel="C0PRIVATE")))
         note = (await slack.replies(1, channel=ALICE))[0]
@@ -380,16 +380,26 @@ async def test_channel_not_found_is_logged_and_the_user_is_told_by_dm(
     assert any("C0PRIVATE" in r.getMessage() and "channel_not_found" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_failure_inside_a_run_becomes_a_reply_with_a_reference_and_the_server_lives_on(
+async def test_work_that_keeps_failing_is_tried_again_then_the_person_gets_a_reference(
     slack: SlackRig, monkeypatch: pytest.MonkeyPatch
 ):
-    async def broken(*args: Any, **kwargs: Any) -> None:
+    attempts: list[str] = []
+
+    async def broken(inbound: Any, *args: Any, **kwargs: Any) -> None:
+        attempts.append(inbound.event_id)
         raise RuntimeError("database on fire")
 
     monkeypatch.setattr(slack.service, "handle_message", broken)
     await slack.send(event_envelope(dm_event(ALICE, "anything")))
+    inbox = slack.service.inbox
+    for tried in (1, 2):  # the sweeper's pass hands an unanswered item out again
+        await eventually(lambda n=tried: len(attempts) == n and len(inbox) == 0)
+        assert slack.slack.calls_to("chat.postMessage") == []  # nobody told yet: it is being retried
+        assert await inbox.recover(set()) != []
     (reply,) = await slack.replies()
-    assert "Something went wrong on my side" in reply.block_text and "err_" in reply.block_text
+    assert len(attempts) == 3 and len(set(attempts)) == 1  # the same event, three times, never more
+    assert "Something went wrong on my side" in reply.block_text and "slack:Ev" in reply.block_text
+    assert await inbox.recover(set()) == []  # failed for good: not handed out again
     async with slack.session.get(slack.url + "/healthz") as response:
         assert response.status == 200
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from adapters.slack.blocks import (
     CANCEL,
@@ -21,13 +22,13 @@ from adapters.slack.blocks import (
     blocks_size,
     button_value,
     card_message,
-    decided_card_message,
+    card_view_message,
     give_up_message,
     handoff_message,
-    in_progress_card_message,
     parse_button_value,
     split_text,
 )
+from bot.cards import CardView
 from bot.store import PendingRecord
 from bot.types import Answer, Citation, GaveUp, PendingAction, TerminationReason
 
@@ -139,12 +140,16 @@ def action(**changes) -> PendingAction:
     return dataclasses.replace(base, **changes)
 
 
+def decided_card_message(record: PendingRecord) -> Any:
+    return card_view_message(CardView.of(record))
+
+
 def record(state: str, **changes) -> PendingRecord:
     a = action()
     base = PendingRecord(
         id=a.id, run_id="run_1", conversation_key="slack:T:C:1.2", requester=a.requester, tool=a.tool,
         call_id="call_1", arguments=a.arguments, args_hash=a.args_hash, text=a.text, state=state,
-        created_at=NOW, expires_at=a.expires_at, decided_at=NOW, decider="U_ALICE", finished_at=None,
+        created_at=NOW, expires_at=a.expires_at, decided_at=NOW, decider="U_ALICE", executor=None, finished_at=None,
         result=None, platform_message=None, run_state={},
     )  # fmt: skip
     return dataclasses.replace(base, **changes)
@@ -201,7 +206,7 @@ def test_the_text_slack_notifies_with_is_escaped_like_the_blocks():
     messages = [
         card_message(pending.as_action()),
         decided_card_message(dataclasses.replace(pending, state="cancelled")),
-        in_progress_card_message(pending, "U_ALICE", NOW, "confirm"),
+        card_view_message(CardView.of(pending).working("U_ALICE", NOW, "confirm")),
         give_up_message(GaveUp(TerminationReason.DEADLINE, text=hostile), "run_x"),
         handoff_message(hostile, "HD-42"),
     ]

@@ -30,6 +30,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "chat.update": {"chat:write"},
     "chat.postEphemeral": {"chat:write"},
     "chat.getPermalink": set(),
+    # Before posting again after a crash: is the reply already in the thread? (any kind of conversation)
+    "conversations.replies": {"channels:history", "groups:history", "im:history", "mpim:history"},
     "assistant.threads.setStatus": {"assistant:write"},
     "assistant.threads.setSuggestedPrompts": {"assistant:write"},
     "apps.connections.open": set(),  # Socket Mode, with the app-level token (connections:write), not the bot's

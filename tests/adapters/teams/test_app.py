@@ -21,10 +21,14 @@ from aiohttp import web
 
 import adapters.teams.app as teams_module
 from adapters.server import build_app
+from adapters.teams.dedupe import inbox_id
+from adapters.teams.handler import MESSAGE
 from bot.config import Settings
+from bot.delivery import POST_POLICY
 from bot.service import PolicyPal
+from bot.store import DeliveryRecord
 from bot.wiring import open_service
-from tests.bot.helpers import settings_for
+from tests.bot.helpers import eventually, settings_for, two_searches
 from tests.fakes.bot_connector import ALICE, BOB, BOT_ID, CHANNEL, GUEST, TENANT, FakeBotConnector, Recorded
 from tests.fakes.openai_server import FakeOpenAI, Turn, respond, text, tool_calls
 
@@ -50,9 +54,57 @@ class Teams:
             lambda r: r.kind != "update" and r.type == "message" and _matches(r, match), count=count
         )
 
+    async def settle(self) -> None:
+        """Wait until the work started so far is done and the posts it committed are sent (none is left over)."""
+        await self.service.inbox.drain(10.0)
+        await self.service.outbox.drain(10.0)
+
+    async def delivered(self, conversation_key: str, count: int = 1) -> list[DeliveryRecord]:
+        """The conversation's outbox rows once ``count`` of them are there and every one is delivered."""
+        async with asyncio.timeout(10):
+            while True:
+                rows = await self.service.store.outbox.of_conversation(conversation_key)
+                if len(rows) >= count and all(row.state == "delivered" for row in rows):
+                    return rows
+                await asyncio.sleep(0.02)
+
 
 def _matches(recorded: Recorded, match: dict[str, Any]) -> bool:
     return all(getattr(recorded, name) == value for name, value in match.items())
+
+
+INBOX_WRITES = ("accept", "accept_many")  # the store's ways of writing inbox items (one, or a burst at once)
+
+
+def refuse_inbox_writes(monkeypatch: pytest.MonkeyPatch, service: PolicyPal) -> None:
+    """The database refuses every inbox write from now on (test-only)."""
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("the database is not taking writes")
+
+    for name in INBOX_WRITES:
+        if hasattr(service.store.inbox, name):
+            monkeypatch.setattr(service.store.inbox, name, refused)
+
+
+def on_inbox_write(monkeypatch: pytest.MonkeyPatch, service: PolicyPal, then: Any) -> None:
+    """Call ``then()`` as soon as each inbox write has committed (test-only)."""
+    for name in INBOX_WRITES:
+        if (write := getattr(service.store.inbox, name, None)) is not None:
+
+            async def recorded(*args: Any, _write: Any = write, **kwargs: Any) -> Any:
+                written = await _write(*args, **kwargs)
+                then()
+                return written
+
+            monkeypatch.setattr(service.store.inbox, name, recorded)
+
+
+def conversation_key_of(activity: dict[str, Any]) -> str:
+    from adapters.teams.activity import conversation_key
+    from bot.types import UserRef
+
+    return conversation_key(activity, UserRef(""))
 
 
 
@@ -80,17 +132,17 @@ async def running_teams(
     monkeypatch.setattr(teams_module, "options_from", lambda settings: replace(built(settings), invoke_wait_s=wait))
     values = {"teams_allow_unauthenticated": True, "teams_allowed_tenants": f"{TENANT},tenant-other-ok", **overrides}
     settings = settings_for(tmp_path, fake, **values)
-    service = await open_service(settings, searcher=index)
-    runner = web.AppRunner(build_app(settings, service), shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages"
-    try:
-        async with FakeBotConnector() as channel:
+    async with FakeBotConnector() as channel:  # closed last: the app's shutdown still posts what it has
+        service = await open_service(settings, searcher=index)
+        runner = web.AppRunner(build_app(settings, service), shutdown_timeout=1.0)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages"
+        try:
             yield Teams(url, channel, service, fake, settings)
-    finally:
-        await runner.cleanup()
-        await service.close()
+        finally:
+            await runner.cleanup()
+            await service.close()
 
 
 def answer_citing_first_passage() -> Turn:
@@ -157,11 +209,55 @@ async def test_a_repeated_activity_id_never_starts_a_second_run(teams):
     activity = teams.channel.personal_message("How do I reset my password?")
     await teams.post(activity)
     await teams.reply()
-    await teams.post(activity)  # Bot Framework redelivers after a timeout
-    await asyncio.sleep(0.3)
+    await teams.settle()
+    status, _ = await teams.post(activity)  # Bot Framework redelivers after a timeout
+    assert status == 201 and len(teams.service.inbox) == 0  # acknowledged, and no work was started for it
+    await teams.settle()
     assert len(teams.model.requests) == 1
     assert len(teams.channel.messages()) == 1
     assert len(await teams.service.store.runs.recent()) == 1
+    assert len(await teams.service.store.outbox.of_conversation(conversation_key_of(activity))) == 1
+
+
+async def test_an_activity_is_written_down_before_it_is_acknowledged_and_one_that_cannot_be_gets_503(
+    teams, monkeypatch
+):
+    teams.model.script(text("Answered once it was written down."))
+    activity = teams.channel.personal_message("Is there a dress code?")
+    with monkeypatch.context() as patched:
+        refuse_inbox_writes(patched, teams.service)
+        status, _ = await teams.post(activity)
+        await teams.settle()
+    assert status == 503  # not acknowledged: Bot Framework delivers it again
+    assert teams.model.requests == [] and teams.channel.recorded == [] and teams.channel.member_lookups == []
+    assert await teams.service.store.inbox.get(inbox_id(activity)) is None
+
+    on_inbox_write(monkeypatch, teams.service, lambda: teams.model.mark("written down"))
+    status, _ = await teams.post(activity)  # delivered again, and the database takes it now
+    teams.model.mark("acknowledged")
+    reply = await teams.reply()
+    await teams.settle()
+    assert status == 201 and "written down" in teams.model.events_until("acknowledged")
+    assert reply.text == "Answered once it was written down." and len(teams.channel.messages()) == 1
+
+
+async def test_an_item_left_by_a_dead_process_is_answered_once_by_the_process_that_takes_it_over(teams):
+    teams.model.script(text("Answered after the takeover."))
+    activity = teams.channel.personal_message("What is the travel policy?")
+    key = inbox_id(activity)
+    # A process wrote it down, acknowledged it and died before answering.
+    assert await teams.service.store.inbox.accept(key, "teams", MESSAGE, {"activity": activity}, "dead-process")
+    assert await teams.service.inbox.recover({"dead-process"}) == [key]  # the sweeper's pass, here
+    reply = await teams.reply()
+    status, _ = await teams.post(activity)  # and Teams delivers it again meanwhile
+    await teams.settle()
+    assert await teams.service.inbox.recover({"dead-process"}) == []  # answered: not handed out again
+    assert status == 201 and reply.text == "Answered after the takeover."
+    assert reply.conversation_id == activity["conversation"]["id"]
+    assert len(teams.channel.messages()) == 1 and len(teams.model.requests) == 1
+    assert len(await teams.service.store.runs.recent()) == 1
+    taken = await teams.service.store.inbox.get(key)
+    assert (taken.owner, taken.epoch) == (teams.service.inbox.owner, 2)
 
 
 async def test_the_same_activity_id_in_two_personal_chats_runs_both(teams):
@@ -180,14 +276,14 @@ async def test_a_redelivery_of_an_activity_an_older_release_ran_does_not_run_aga
     teams.model.script(text("Answered."))
     sent_earlier = teams.channel.personal_message("How do I reset my password?")
     sent_earlier["timestamp"] = (datetime.now(UTC) - timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
-    await teams.service.claim_event("teams", sent_earlier["id"])  # what the older release stored
+    assert not await teams.service.inbox.seen_before(f"teams:{sent_earlier['id']}")  # what the older release stored
     await teams.post(sent_earlier)
     # The same id sent now in another chat is a new message: the old bare key does not block it.
     fresh = teams.channel.personal_message("And my VPN?", sender=BOB, timestamp=datetime.now(UTC).isoformat())
     fresh["id"] = sent_earlier["id"]
     await teams.post(fresh)
     reply = await teams.reply()
-    await asyncio.sleep(0.3)
+    await teams.settle()
     assert reply.text == "Answered." and reply.conversation_id == fresh["conversation"]["id"]
     assert len(teams.channel.messages()) == 1 and len(teams.model.requests) == 1
 
@@ -200,7 +296,7 @@ async def test_a_redelivered_bare_mention_gets_one_hint(teams):
     await teams.post(activity)
     hint = await teams.reply()
     await teams.post(activity)  # Bot Framework redelivers
-    await asyncio.sleep(0.3)
+    await teams.settle()
     assert hint.text.startswith("Ask me about a company policy") and len(teams.channel.messages()) == 1
 
 
@@ -210,7 +306,7 @@ async def test_a_redelivered_refusal_is_sent_once(teams):
     await teams.post(activity)
     await teams.reply()
     await teams.post(activity)
-    await asyncio.sleep(0.3)
+    await teams.settle()
     assert len(teams.channel.messages()) == 1
 
 
@@ -233,8 +329,9 @@ async def test_channel_messages_without_a_mention_are_ignored(teams):
     await teams.post(teams.channel.channel_message("lunch anyone?", mention=False))
     group = teams.channel.activity({"id": "19:group@thread.v2", "conversationType": "groupChat"}, ALICE, text="hi all")
     await teams.post(group)
-    await asyncio.sleep(0.3)
+    await teams.settle()
     assert teams.model.requests == [] and teams.channel.recorded == []
+    assert await teams.service.store.inbox.get(inbox_id(group)) is None  # nothing to do, nothing written
 
 
 async def test_a_follow_up_in_the_thread_continues_the_conversation(teams):
@@ -294,7 +391,7 @@ async def test_a_tenant_outside_the_allow_list_gets_a_polite_refusal_and_no_run(
 
     assert status in (200, 201)
     assert "isn't available for your organization" in reply.text
-    await asyncio.sleep(0.1)
+    await teams.settle()
     assert teams.model.requests == [] and await teams.service.store.runs.recent() == []
 
 
@@ -314,14 +411,28 @@ async def test_without_the_roster_the_sender_is_treated_as_a_guest(teams):
     assert await teams.service.store.pending.find("open") == []
 
 
-async def test_a_failed_run_becomes_an_apology_not_silence(teams, monkeypatch):
+async def test_work_that_keeps_failing_is_tried_again_then_the_person_gets_an_apology_with_a_reference(
+    teams, monkeypatch
+):
+    attempts: list[str] = []
+
     async def broken(inbound, cancel=None):
+        attempts.append(inbound.event_id)
         raise RuntimeError("database down")
 
     monkeypatch.setattr(teams.service, "handle_message", broken)
-    await teams.post(teams.channel.personal_message("hello"))
+    activity = teams.channel.personal_message("hello")
+    await teams.post(activity)
+    inbox = teams.service.inbox
+    for tried in (1, 2):  # the sweeper's pass hands an unanswered item out again
+        await eventually(lambda n=tried: len(attempts) == n and len(inbox) == 0)
+        assert teams.channel.messages() == []  # nobody told yet: it is being retried
+        assert await inbox.recover(set()) == [inbox_id(activity)]
     reply = await teams.reply()
-    assert reply.text.startswith("Sorry, something went wrong")
+    assert len(attempts) == 3 and len(set(attempts)) == 1  # the same activity, three times, never more
+    assert reply.text.startswith("Sorry, something went wrong") and inbox_id(activity) in reply.text
+    assert reply.conversation_id == activity["conversation"]["id"]
+    assert await inbox.recover(set()) == []  # failed for good: not handed out again
 
 
 # --- a busy connector ----------------------------------------------------------------------------
@@ -392,6 +503,41 @@ async def test_a_refusal_that_cannot_change_is_not_retried(teams):
     assert teams.channel.refused == [("send", 403)]
 
 
+@pytest.mark.parametrize("status", [429, 503])
+async def test_a_connector_refusing_for_a_while_delivers_the_reply_the_card_and_a_give_up_each_once(
+    tmp_path, fake_openai, sample_index, monkeypatch, status
+):
+    """More refusals than one attempt's retries: the outbox tries again later, and nothing is posted twice."""
+    refusals = teams_module.SEND_RETRY.attempts + 2  # the first attempt fails, the second gets through
+    async for teams in running_teams(tmp_path, fake_openai, sample_index, monkeypatch, max_steps=2,
+                                     helpdesk_poll_s=0.05):
+        teams.service.outbox.post_policy = replace(POST_POLICY, backoff_s=0.05)  # retry soon, not in a second
+        card_text = "I can raise a ticket for this. Please confirm."
+        outcomes = {
+            "reply": [text("Here is your answer.")],
+            "card": [tool_calls(("create_it_ticket", TICKET), content=card_text)],
+            "give-up": two_searches(),
+        }
+        for number, (what, script) in enumerate(outcomes.items(), start=1):
+            teams.model.script(*script)
+            teams.channel.refuse_next(status, times=refusals, retry_after="0")
+            refused_before = len(teams.channel.refused)
+            activity = teams.channel.channel_message(f"question {number}")
+            await teams.post(activity)
+            posted = await teams.reply(count=number)
+            (row,) = await teams.delivered(conversation_key_of(activity))
+            await teams.settle()
+            assert posted.conversation_id == f"{CHANNEL};messageid={activity['id']}", what
+            assert len(teams.channel.messages(posted.conversation_id)) == 1, what  # once, not once per attempt
+            assert len(teams.channel.refused) - refused_before == refusals and row.attempts == 2, what
+            if what == "card":
+                assert posted.cards[0]["actions"][0]["verb"] == "confirm"
+                (pending,) = await teams.service.store.pending.find("open")
+                assert pending.platform_message["activity_id"] == posted.id  # clicks can update it
+            if what == "give-up":
+                assert "I couldn't finish this reliably" in posted.text and "HD-1001" in posted.text
+
+
 def fast_connector(teams: Teams) -> teams_module.BotFrameworkConnector:
     """The production connector with a retry budget small enough for a test."""
     from bot.delivery import RetryPolicy
@@ -433,7 +579,7 @@ async def test_a_redelivered_install_sends_one_welcome(teams):
     await teams.post(activity)
     await teams.reply()
     await teams.post(activity)
-    await asyncio.sleep(0.3)
+    await teams.settle()
     assert len(teams.channel.messages()) == 1
 
 
@@ -442,7 +588,7 @@ async def test_no_welcome_for_someone_else_joining_a_channel_install_or_a_foreig
                      install(teams, tenant="tenant-not-allowed")):  # fmt: skip
         status, _ = await teams.post(activity)
         assert status in (200, 201)
-    await asyncio.sleep(0.3)
+    await teams.settle()
     assert teams.channel.messages() == []
 
 

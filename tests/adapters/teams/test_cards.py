@@ -16,8 +16,8 @@ from adapters.teams.activity import (
     to_inbound,
     user_of,
 )
+from bot.cards import CardView
 from bot.identity import GroupMap
-from bot.service import Reply
 from bot.types import Answer, Citation, GaveUp, PendingAction, TerminationReason, UserRef
 from tests.fakes.bot_connector import ALICE, BOT_ID, CHANNEL, TENANT, FakeBotConnector
 
@@ -122,8 +122,7 @@ def test_cited_policies_are_links_when_they_have_a_url():
 
 
 def test_an_answer_is_markdown_with_a_feedback_card():
-    reply = Reply("run_1", TerminationReason.ANSWERED, Answer("Hi"), "k")
-    activity = cards.reply_activity(reply)
+    activity = cards.reply_activity(Answer("Hi"), "run_1")
     assert activity["textFormat"] == "markdown" and activity["text"] == "Hi"
     (attachment,) = activity["attachments"]
     assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
@@ -136,8 +135,15 @@ def test_an_answer_is_markdown_with_a_feedback_card():
 
 
 def test_a_reply_that_opened_a_case_has_nothing_to_rate():
-    reply = Reply("HD-1001", TerminationReason.ANSWERED, Answer("Sure. I've passed this to the helpdesk."), "k")
-    assert cards.reply_activity(reply) == cards.message("Sure. I've passed this to the helpdesk.")
+    answer = Answer("Sure. I've passed this to the helpdesk.")
+    assert cards.reply_activity(answer, "HD-1001", from_a_run=False) == cards.message(answer.text)
+
+
+def test_a_notice_names_its_case_once_and_a_recovered_runs_give_up_has_its_reference():
+    assert cards.notice_activity("Passed on.", case_id="HD-7")["text"] == "Passed on. (case **HD-7**)"
+    assert cards.notice_activity("Case HD-7 is open.", case_id="HD-7")["text"] == "Case HD-7 is open."
+    recovered = cards.notice_activity("I was restarted.", run_id="run_1", case_id="HD-8")
+    assert "`run_1`" in recovered["text"] and "HD-8" in recovered["text"] and "attachments" not in recovered
 
 
 def test_a_give_up_shows_the_reference_and_the_case_or_a_way_to_the_helpdesk():
@@ -174,11 +180,50 @@ def test_the_pending_card_buttons_carry_ids_and_never_the_arguments():
     assert "Only Alice Example can confirm · expires 2030-01-02 03:04 UTC" in json.dumps(card, ensure_ascii=False)
 
 
-def test_the_decided_card_has_no_buttons_and_says_what_happened():
-    line = cards.outcome_line("done", {"ticket_id": "IT-1001"}, "Alice", EXPIRES)
-    card = cards.decided_card(action(), line)
-    assert "actions" not in card and card["body"][-1]["text"] == "✅ Confirmed by Alice. Ticket **IT-1001** created."
-    assert cards.outcome_line("cancelled", None, "Alice", EXPIRES) == "Cancelled by Alice. No ticket was raised."
-    assert "expired at 2030-01-02 03:04 UTC" in cards.outcome_line("expired", None, "Alice", EXPIRES)
-    failed = cards.outcome_line("failed", {"error": "boom", "case_id": "HD-1002"}, "Alice", EXPIRES)
-    assert "could not be created: boom. Helpdesk case **HD-1002** is open." in failed
+def view(state: str, **fields) -> CardView:
+    pending = action()
+    decided = {"decider": "aad-alice", "decided_at": EXPIRES} if state != "open" else {}
+    return CardView(pending.id, pending.args_hash, pending.tool, pending.text, pending.arguments, pending.requester,
+                    state, EXPIRES, **{**decided, **fields})
+
+
+def names(user_id: str) -> str:
+    return {"aad-alice": "Alice"}.get(user_id, user_id)
+
+
+def state_text(card: dict) -> str:
+    (line,) = [b for b in card["body"] if b["type"] == "RichTextBlock" and not cards.card_fields({"body": [b]})][-1:]
+    return "".join(run["text"] for run in line["inlines"])
+
+
+def test_the_decided_card_has_no_buttons_and_says_what_happened_in_the_cores_words():
+    done = cards.card_view(view("done", result={"ticket_id": "IT-1001"}), names)
+    assert "actions" not in done and cards.card_fields(done) == cards.card_fields(cards.pending_card(action()))
+    assert state_text(done) == "✅ Confirmed by Alice at 2030-01-02 03:04 UTC. Ticket IT-1001 created."
+    (ticket,) = [run for run in done["body"][-1]["inlines"] if run.get("weight") == "Bolder"]
+    assert ticket["text"] == "IT-1001"  # the id in bold, as a TextRun of its own
+    assert state_text(cards.card_view(view("cancelled"), names)).endswith("Cancelled by Alice at 2030-01-02 03:04 "
+                                                                          "UTC. Nothing was created.")
+    assert "expired at 2030-01-02 03:04 UTC" in state_text(cards.card_view(view("expired"), names))
+    failed = view("failed", result={"error": "boom"}, case_id="HD-1002")
+    assert "but it failed: boom. Helpdesk case HD-1002 will follow up." in state_text(cards.card_view(failed, names))
+    working = cards.card_view(view("working", choice="confirm"), names)
+    assert "actions" not in working and "Alice clicked Confirm at 2030-01-02 03:04 UTC. Working on it…" in (
+        state_text(working)
+    )
+
+
+def test_an_open_card_as_it_stands_is_the_card_with_its_buttons():
+    assert cards.card_view(view("open"), names) == cards.pending_card(action(), "Alice")
+    refused = cards.card_view(view("open"), names, notice="Only Alice can confirm this.")
+    assert refused["actions"] == cards.pending_card(action(), "Alice")["actions"]
+    assert "Only Alice can confirm this." in json.dumps(refused)
+
+
+def test_the_state_sentence_never_formats_itself_as_markdown():
+    """A ticket system's error can echo what the model wrote: in a TextBlock it would be read as Markdown."""
+    error = "**Approved by IT** [click to verify](https://evil.example/login)"
+    card = cards.card_view(view("failed", result={"error": error}), names)
+    text_blocks = [b for b in card["body"] if b["type"] == "TextBlock"]
+    assert "evil.example" not in json.dumps(text_blocks)
+    assert error in state_text(card)

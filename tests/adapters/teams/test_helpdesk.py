@@ -13,8 +13,9 @@ from msrest.exceptions import HttpOperationError
 
 from adapters.teams import TeamsChannelDestination, cards, teams_destination
 from bot.config import Settings
+from bot.delivery import Outbox, OutboxPolicy
 from bot.errors import ConfigError
-from bot.helpdesk import HandoffCase, Helpdesk, Outbox, OutboxPolicy
+from bot.helpdesk import CaseDeliveries, HandoffCase, Helpdesk
 from bot.store import Store, utcnow
 from bot.types import UserRef
 from tests.fakes.bot_connector import FakeBotConnector
@@ -151,7 +152,8 @@ async def attempt(url: str, channel: FakeBotConnector, after_s: float = 0.0) -> 
     store = await Store.open(url)
     destination = TeamsChannelDestination(settings_for(channel))
     try:
-        (result,) = await Outbox(store, [destination], RETRY_SOON, clock=later(after_s)).run_once()
+        outbox = Outbox(store, [CaseDeliveries(store, [destination])], RETRY_SOON, clock=later(after_s))
+        (result,) = await outbox.run_once()
     finally:
         await store.close()
     return result.status

@@ -297,14 +297,20 @@ async def test_a_run_can_be_cancelled(tmp_path, fake_openai, sample_index):
 
 async def test_a_retried_event_never_starts_a_second_run(tmp_path, fake_openai, sample_index):
     from bot.types import Inbound
-    from tests.bot.helpers import ALICE
+    from tests.bot.helpers import ALICE, answer_messages, deliver
 
     fake_openai.script(text("Hello!"))
     async with service(tmp_path, fake_openai, sample_index) as svc:
+        answered = answer_messages(svc)
         inbound = Inbound("slack", "C1", "171.1", ALICE, "hi", event_id="Ev123")
-        first = await svc.handle_message(inbound)
-        second = await svc.handle_message(inbound)
-    assert first is not None and second is None
+        first = await deliver(svc, inbound)
+        await svc.inbox.drain(5)
+        again = await deliver(svc, inbound)  # the platform never saw the ack and sends it again
+        await svc.inbox.drain(5)
+        runs = await svc.store.runs.of_conversation(inbound.conversation_key)
+    assert (first, again) == (True, False)
+    ((_, reply),) = answered
+    assert reply is not None and [run.id for run in runs] == [reply.run_id]
     assert len(fake_openai.requests) == 1
 
 

@@ -12,7 +12,7 @@ from adapters.cli.handoffs import show_handoffs
 from bot.helpdesk import HandoffCase, case_number
 from bot.redaction import REDACTED
 from bot.types import Answer, GaveUp, Inbound, TerminationReason, UserRef
-from tests.bot.helpers import ALICE, service, settings_for
+from tests.bot.helpers import ALICE, RecordingSender, service, settings_for
 from tests.fakes.openai_server import error, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
@@ -40,10 +40,16 @@ async def test_a_give_up_opens_a_case_before_the_reply_and_the_reply_carries_its
 ):
     fake_openai.script(tool_calls(search("expenses")), tool_calls(search("travel booking")))
     async with service(tmp_path, fake_openai, sample_index, max_steps=2) as svc:
+        sender = RecordingSender("slack")
+        svc.outbox.register(sender)
         reply = await svc.handle_message(slack_message("tell me about expenses"))
         case = await stored_case(svc, reply.outcome.case_id)
+        await svc.outbox.drain(5)
     outcome = reply.outcome
     assert isinstance(outcome, GaveUp) and outcome.case_id == "HD-1001"
+    (posted,) = sender.posts  # what the thread gets: the give-up, naming the case already stored
+    assert posted.kind == "reply" and posted.reply_outcome() == GaveUp(TerminationReason.STEP_BUDGET, outcome.text,
+                                                                         case_id="HD-1001")  # fmt: skip
     assert outcome.text == (
         "I couldn't finish this reliably. I've passed this to the helpdesk as case HD-1001; "
         "someone will reply in this thread within one working day."

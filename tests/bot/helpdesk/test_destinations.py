@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from slack_sdk.errors import SlackApiError
 
 from adapters.slack.helpdesk import SlackChannelDestination, transcript_chunks
-from bot.delivery import SIGNATURE_HEADER
+from bot.delivery import SIGNATURE_HEADER, Outbox, OutboxPolicy
 from bot.errors import RemoteError
-from bot.helpdesk import EmailDestination, HandoffCase, Helpdesk, Outbox, OutboxPolicy, WebhookDestination
+from bot.helpdesk import CaseDeliveries, Destination, EmailDestination, HandoffCase, Helpdesk, WebhookDestination
 from bot.store import Store, utcnow
 from bot.types import UserRef
 from tests.databases import Database
@@ -39,6 +40,11 @@ CASE = HandoffCase(
 
 def later(seconds: float):
     return lambda: utcnow() + timedelta(seconds=seconds)
+
+
+def case_outbox(store: Store, destinations: list[Destination], policy: OutboxPolicy, **kwargs: Any) -> Outbox:
+    """The outbox as the wiring builds it: case rows sent through ``CaseDeliveries`` to these destinations."""
+    return Outbox(store, [CaseDeliveries(store, destinations)], policy, **kwargs)
 
 
 async def queued(tmp_path, destination_name: str) -> Store:
@@ -87,8 +93,8 @@ async def test_webhook_5xx_then_success_through_the_outbox(tmp_path):
     async with FakeWebhook() as hook:
         hook.script(status(503, "Service Unavailable"))
         destination = WebhookDestination(hook.url, hook.secret)
-        (first,) = await Outbox(store, [destination], RETRY_SOON).run_once()
-        (second,) = await Outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
+        (first,) = await case_outbox(store, [destination], RETRY_SOON).run_once()
+        (second,) = await case_outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
         await destination.aclose()
     await store.close()
     assert first.status == "retrying" and "server error (503): Service Unavailable" in first.detail
@@ -100,10 +106,15 @@ async def test_webhook_redirected_to_a_sign_in_page_is_a_failed_attempt_not_a_de
     async with FakeWebhook() as hook:
         hook.script(status(302, "", Location="/sso/login"))  # a proxy in front of the receiver
         destination = WebhookDestination(f"{hook.url}/handoffs", hook.secret)
-        (result,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+        outbox = case_outbox(store, [destination], RETRY_SOON)
+        (result,) = await outbox.run_once()
+        later_runs = await case_outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
+        (row,) = await store.outbox.deliveries([1])
         await destination.aclose()
     await store.close()
-    assert result.status == "retrying" and "redirected the request (302) to /sso/login" in result.detail
+    # Not delivered, and no retry can change a URL: failed at once, for `policypal handoffs --failed`.
+    assert result.status == "failed" and "redirected the request (302) to /sso/login" in result.detail
+    assert later_runs == [] and (row.state, row.attempts, row.delivered_at) == ("failed", 1, None)
     assert [(r.method, r.path) for r in hook.requests] == [("POST", "/handoffs")]  # no GET passed off as sent
 
 
@@ -115,11 +126,11 @@ async def test_webhook_retries_in_another_process_send_the_key_stored_with_the_c
     async with FakeWebhook() as hook:
         hook.script(status(503, "Service Unavailable"))
         destination = WebhookDestination(hook.url, hook.secret)
-        (first,) = await Outbox(first_process, [destination], RETRY_SOON).run_once()
+        (first,) = await case_outbox(first_process, [destination], RETRY_SOON).run_once()
         restarted = await database.open()
-        (second,) = await Outbox(restarted, [destination], RETRY_SOON, clock=later(31)).run_once()
+        (second,) = await case_outbox(restarted, [destination], RETRY_SOON, clock=later(31)).run_once()
         await destination.aclose()
-    (row,) = await restarted.cases.deliveries([1])
+    (row,) = await restarted.outbox.deliveries([1])
     assert (first.status, second.status) == ("retrying", "delivered")
     assert [sent.headers["idempotency-key"] for sent in hook.requests] == [row.idempotency_key] * 2
     assert uuid.UUID(row.idempotency_key) and row.idempotency_key != "HD-1001"
@@ -134,7 +145,7 @@ async def test_webhook_cases_of_two_databases_that_share_a_case_id_are_both_kept
                 origin="run:r1", reason="step_budget", user=user, conversation_key="slack:T:C:1", question="?"
             )
             destination = WebhookDestination(hook.url, hook.secret)
-            (result,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+            (result,) = await case_outbox(store, [destination], RETRY_SOON).run_once()
             await destination.aclose()
             await store.close()
             assert (case.case_id, result.status) == ("HD-1001", "delivered")
@@ -147,7 +158,7 @@ async def test_webhook_timeout_is_a_failed_attempt(tmp_path):
     async with FakeWebhook() as hook:
         hook.script(stall(2))
         destination = WebhookDestination(hook.url, hook.secret, timeout_s=0.2)
-        (result,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+        (result,) = await case_outbox(store, [destination], RETRY_SOON).run_once()
         await destination.aclose()
     await store.close()
     assert result.status == "retrying" and "did not answer within 0.2 s" in result.detail
@@ -187,8 +198,8 @@ async def test_email_temporary_failure_then_success_through_the_outbox(tmp_path)
     with FakeSMTP() as smtp:
         smtp.fail_next = 1
         destination = mailer(smtp)
-        (first,) = await Outbox(store, [destination], RETRY_SOON).run_once()
-        (second,) = await Outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
+        (first,) = await case_outbox(store, [destination], RETRY_SOON).run_once()
+        (second,) = await case_outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
     await store.close()
     assert first.status == "retrying" and "451" in first.detail and "temporarily unavailable" in first.detail
     assert second.status == "delivered" and len(smtp.messages) == 1
@@ -198,7 +209,7 @@ async def test_email_to_a_server_that_stalls_times_out(tmp_path):
     store = await queued(tmp_path, "email")
     with FakeSMTP() as smtp:
         smtp.stall_s = 2
-        (result,) = await Outbox(store, [mailer(smtp, timeout_s=0.3)], RETRY_SOON).run_once()
+        (result,) = await case_outbox(store, [mailer(smtp, timeout_s=0.3)], RETRY_SOON).run_once()
     await store.close()
     assert result.status == "retrying" and "timed out" in result.detail
 
@@ -208,8 +219,8 @@ async def test_email_the_server_took_is_delivered_even_when_its_goodbye_fails(tm
     with FakeSMTP() as smtp:
         smtp.quit_reply = "421 4.3.2 Service shutting down"  # after 250 for the message itself
         destination = mailer(smtp)
-        (first,) = await Outbox(store, [destination], RETRY_SOON).run_once()
-        later_runs = await Outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
+        (first,) = await case_outbox(store, [destination], RETRY_SOON).run_once()
+        later_runs = await case_outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
     await store.close()
     assert first.status == "delivered" and later_runs == []
     assert len(smtp.messages) == 1
@@ -220,9 +231,9 @@ async def test_email_a_refused_recipient_is_retried_alone_and_never_reported_del
     with FakeSMTP() as smtp:
         smtp.refuse["it@example.com"] = "450 4.2.1 Mailbox busy, try later"
         destination = mailer(smtp)
-        (first,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+        (first,) = await case_outbox(store, [destination], RETRY_SOON).run_once()
         smtp.refuse.clear()
-        (second,) = await Outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
+        (second,) = await case_outbox(store, [destination], RETRY_SOON, clock=later(31)).run_once()
     await store.close()
     assert first.status == "retrying" and "it@example.com" in first.detail and "Mailbox busy" in first.detail
     assert second.status == "delivered"
@@ -235,11 +246,11 @@ async def test_email_whose_remaining_recipient_was_dropped_from_the_settings_is_
     store = await queued(tmp_path, "email")
     with FakeSMTP() as smtp:
         smtp.refuse["it@example.com"] = "550 5.1.1 No such user"
-        (first,) = await Outbox(store, [mailer(smtp)], RETRY_SOON).run_once()
+        (first,) = await case_outbox(store, [mailer(smtp)], RETRY_SOON).run_once()
         corrected = EmailDestination(
             "127.0.0.1", smtp.port, sender="policypal@example.com", recipients=["helpdesk@example.com"], starttls=False
         )
-        (second,) = await Outbox(store, [corrected], RETRY_SOON, clock=later(31)).run_once()
+        (second,) = await case_outbox(store, [corrected], RETRY_SOON, clock=later(31)).run_once()
     await store.close()
     assert first.status == "retrying" and second.status == "delivered", second.detail
     assert [to for _, to in smtp.envelopes] == [["helpdesk@example.com"]]  # nobody twice, nothing empty
@@ -295,9 +306,9 @@ async def test_slack_retries_from_another_process_resume_the_thread_without_a_se
     async with FakeSlackAPI() as slack:
         crashed = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
         fail_the_second_post(crashed)
-        (first,) = await Outbox(store, [crashed], RETRY_SOON).run_once()
+        (first,) = await case_outbox(store, [crashed], RETRY_SOON).run_once()
         fresh = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
-        later = Outbox(store, [fresh], RETRY_SOON, clock=lambda: utcnow() + timedelta(seconds=31))
+        later = case_outbox(store, [fresh], RETRY_SOON, clock=lambda: utcnow() + timedelta(seconds=31))
         (second,) = await later.run_once()
     await store.close()
     summary, *thread = slack.calls_to("chat.postMessage")
@@ -314,14 +325,14 @@ async def test_a_delivery_taken_over_mid_way_stops_and_records_nothing_over_the_
 
         async def post_then_lose_the_claim(**kwargs):  # we stalled so long that another worker took over
             response = await real_post(**kwargs)
-            (row,) = await store.cases.deliveries([1])
+            (row,) = await store.outbox.deliveries([1])
             later = utcnow() + timedelta(hours=1)
-            assert await store.cases.claim_delivery(row.id, "other-worker", later, later) == 2
+            assert await store.outbox.claim(row.id, "other-worker", later, later) == 2
             return response
 
         slow._client.chat_postMessage = post_then_lose_the_claim  # type: ignore[method-assign]
-        results = await Outbox(store, [slow], RETRY_SOON).run_once()
-        (row,) = await store.cases.deliveries([1])
+        results = await case_outbox(store, [slow], RETRY_SOON).run_once()
+        (row,) = await store.outbox.deliveries([1])
     await store.close()
     assert results == []  # neither "retrying" nor "delivered": the other worker reports it
     assert (row.state, row.claimed_by, row.attempts, row.external_ref) == ("sending", "other-worker", 2, None)
@@ -333,6 +344,6 @@ async def test_slack_errors_are_raised_for_the_outbox_to_record(tmp_path):
     async with FakeSlackAPI() as slack:
         slack.fail("chat.postMessage", "not_in_channel")
         destination = SlackChannelDestination.from_token(slack.token, "C0HELPDESK", base_url=slack.base_url)
-        (result,) = await Outbox(store, [destination], RETRY_SOON).run_once()
+        (result,) = await case_outbox(store, [destination], RETRY_SOON).run_once()
     await store.close()
     assert result.status == "retrying" and "not_in_channel" in result.detail

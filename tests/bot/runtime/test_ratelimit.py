@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from bot.runtime import BUSY_TEXT, Admission, RunSlots, UserRateLimit
 from bot.store import Store
-from bot.types import Answer
-from tests.bot.helpers import BOB, ask, eventually, service
+from bot.types import Answer, Inbound
+from tests.bot.helpers import ALICE, BOB, answer_messages, ask, deliver, eventually, service
 from tests.fakes.openai_server import delay, text
 
 pytestmark = pytest.mark.asyncio
@@ -101,19 +102,19 @@ async def test_when_every_run_slot_is_taken_the_next_person_hears_so(tmp_path, f
     assert [run.question for run in runs] == ["a slow one"]  # the refusal left no run behind
 
 
-async def test_a_message_waiting_for_a_slot_is_already_recorded_so_a_crash_cannot_lose_it(tmp_path, fake_openai):
+async def test_a_message_waiting_for_a_slot_is_already_in_the_inbox_so_a_crash_cannot_lose_it(tmp_path, fake_openai):
     fake_openai.script(delay(1.0, text("Slow answer.")), text("Bob's answer."))
     async with service(tmp_path, fake_openai, NoPassages()) as svc:
+        answered = answer_messages(svc)
         svc.admission = Admission(UserRateLimit(svc.store, 0), RunSlots(1, wait_s=5.0))
-        slow = asyncio.create_task(ask(svc, "a slow one"))
+        since = datetime.now(UTC) - timedelta(minutes=1)
+        assert await deliver(svc, Inbound("console", "terminal", "a", ALICE, "a slow one", event_id="e1"))
         await eventually(lambda: fake_openai.requests)
-        waiting = asyncio.create_task(ask(svc, "me too", BOB, thread="b"))
-        for _ in range(500):
-            if len(running := await svc.store.runs.unfinished()) == 2:
-                break
-            await asyncio.sleep(0.01)
-        assert len(fake_openai.requests) == 1  # Bob's run waits for the slot, yet a sweeper can see it
-        await slow
-        bobs = await waiting
-    assert {run.question for run in running} == {"a slow one", "me too"}
-    assert bobs.refused is None and bobs.outcome.text == "Bob's answer."
+        assert await deliver(svc, Inbound("console", "terminal", "b", BOB, "me too", event_id="e2"))
+        waiting = await svc.store.inbox.unanswered(since)
+        assert len(fake_openai.requests) == 1  # Bob's message waits for the slot, yet a sweeper can see it
+        await eventually(lambda: len(answered) == 2)
+        left = await svc.store.inbox.unanswered(since)
+    assert [item.payload["text"] for item in waiting] == ["a slow one", "me too"]
+    assert [reply.outcome.text for _, reply in answered if reply] == ["Slow answer.", "Bob's answer."]
+    assert left == []

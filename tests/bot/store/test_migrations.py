@@ -13,8 +13,10 @@ from sqlalchemy import JSON, Integer, String, column, select, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from bot.helpdesk import Helpdesk, case_number
 from bot.store import Store, UtcDateTime, migrate, utcnow
 from bot.store.tables import Base
+from bot.types import UserRef
 from tests.databases import Database
 
 
@@ -193,7 +195,7 @@ async def test_outbox_rows_written_before_delivery_keys_each_get_their_own(datab
         async with engine.begin() as conn:
             await conn.execute(_DELIVERIES.insert(), rows)
         store = await database.open()  # upgrades to head
-        keys = [row.idempotency_key for row in await store.cases.deliveries([1])]
+        keys = [row.idempotency_key for row in await store.outbox.deliveries([1])]
         await _run(engine, _down_to("0003_history_entries"))
         async with engine.connect() as conn:
             left = (await conn.execute(select(_DELIVERIES.c.destination))).scalars().all()
@@ -227,3 +229,58 @@ async def test_an_upgrade_that_fails_half_way_leaves_nothing_behind_and_can_be_r
         assert (await migrate.schema_state(engine)).at_head
     finally:
         await engine.dispose()
+
+
+_EVENTS = table("processed_events", column("event_id", String), column("received_at", UtcDateTime))
+_KEYED_DELIVERIES = table(
+    "handoff_deliveries",
+    column("id", Integer),
+    column("case_number", Integer),
+    column("destination", String),
+    column("state", String),
+    column("attempts", Integer),
+    column("next_attempt_at", UtcDateTime),
+    column("created_at", UtcDateTime),
+    column("external_ref", String),
+    column("idempotency_key", String),
+)
+
+
+async def test_events_and_deliveries_of_an_earlier_release_move_to_the_inbox_and_outbox_and_back(
+    database: Database,
+):
+    now = utcnow()
+    deliveries = [
+        {"id": n, "case_number": 6 + n, "destination": "webhook", "state": state, "attempts": 1, "next_attempt_at": now,
+         "created_at": now, "external_ref": ref, "idempotency_key": f"key-{n}"}
+        for n, state, ref in ((1, "delivered", "WH-1"), (2, "failed", None))
+    ]  # fmt: skip
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0004_delivery_keys"))
+        async with engine.begin() as conn:
+            await conn.execute(_EVENTS.insert(), [{"event_id": "slack:Ev1", "received_at": now}])
+            await conn.execute(_KEYED_DELIVERIES.insert(), deliveries)
+        store = await database.open()  # upgrades to head
+        redelivered = await store.inbox.accept("slack:Ev1", "slack", "slack.request", {}, "host:1:2:a")
+        item = await store.inbox.get("slack:Ev1")
+        moved = await store.outbox.deliveries([7, 8])
+        case = await Helpdesk(store, ["webhook"]).open_case(  # a new row after the copied ids, not on them
+            origin="run:r1", reason="step_budget", user=UserRef("U1"), conversation_key="slack:T:C:1", question="q"
+        )
+        (new_row,) = await store.outbox.deliveries([case_number(case.case_id)])
+        await store.close()
+        await _run(engine, _down_to("0004_delivery_keys"))
+        async with engine.connect() as conn:
+            events = (await conn.execute(select(_EVENTS.c.event_id))).scalars().all()
+            back = (await conn.execute(select(_KEYED_DELIVERIES.c.id, _KEYED_DELIVERIES.c.state))).all()
+    finally:
+        await engine.dispose()
+    assert redelivered is False  # an event the earlier release handled is still not run again
+    assert item is not None and (item.state, item.kind) == ("done", "legacy")
+    assert [(r.id, r.kind, r.state, r.external_ref, r.idempotency_key) for r in moved] == [
+        (1, "case", "delivered", "WH-1", "key-1"), (2, "case", "failed", None, "key-2"),
+    ]  # fmt: skip
+    assert new_row.id not in (1, 2) and new_row.kind == "case"
+    assert events == ["slack:Ev1"]
+    assert sorted(back) == [(1, "delivered"), (2, "failed"), (new_row.id, "pending")]

@@ -20,22 +20,122 @@ async def _start(store: Store, run_id: str, owner: str = "host-1:100") -> None:
     await store.runs.start(run_id, "slack:T1:C1:1.0", "slack", "U1", "How do I get VPN?", "gpt-4o-mini", owner)
 
 
-async def test_claim_event_is_true_once_then_false_for_retries(store: Store) -> None:
-    assert await store.threads.claim_event("Ev1") is True
-    assert await store.threads.claim_event("Ev1") is False
-    assert await store.threads.claim_event("Ev2") is True
+async def test_an_event_is_accepted_once_then_found_for_its_retries(store: Store) -> None:
+    assert await store.inbox.accept("slack:Ev1", "slack", "slack.request", {"body": {"n": 1}}, "host:1:2:a") is True
+    assert await store.inbox.accept("slack:Ev1", "slack", "slack.request", {"body": {"n": 2}}, "host:1:3:b") is False
+    assert await store.inbox.accept("slack:Ev2", "slack", "slack.request", {}, "host:1:2:a") is True
+    item = await store.inbox.get("slack:Ev1")
+    assert item is not None  # the first delivery's, leased to its writer
+    assert (item.payload, item.state, item.owner, item.epoch, item.attempts) == (
+        {"body": {"n": 1}}, "leased", "host:1:2:a", 1, 1,
+    )  # fmt: skip
+    assert await store.inbox.get("slack:Ev3") is None
 
 
-async def test_concurrent_claims_from_two_processes_have_one_winner(store: Store, second_store: Store) -> None:
-    claims = [(store if i % 2 else second_store).threads.claim_event("Ev-retry") for i in range(8)]
-    results = await asyncio.gather(*claims)
+async def test_concurrent_accepts_from_two_processes_have_one_winner(store: Store, second_store: Store) -> None:
+    accepts = [
+        (store if i % 2 else second_store).inbox.accept("slack:Ev-retry", "slack", "k", {}, f"p{i}") for i in range(8)
+    ]
+    results = await asyncio.gather(*accepts)
     assert results.count(True) == 1
+    item = await store.inbox.get("slack:Ev-retry")
+    assert item is not None and item.owner == f"p{results.index(True)}"
 
 
-async def test_prune_events_forgets_old_ids(store: Store) -> None:
-    await store.threads.claim_event("Ev-old")
-    assert await store.threads.prune_events(datetime.now(UTC) + timedelta(seconds=1)) == 1
-    assert await store.threads.claim_event("Ev-old") is True
+async def test_an_id_remembered_without_work_is_seen_by_every_later_delivery(store: Store, second_store: Store) -> None:
+    assert await store.inbox.remember("slack:Ev-old") is True
+    assert await second_store.inbox.remember("slack:Ev-old") is False
+    assert await second_store.inbox.accept("slack:Ev-old", "slack", "k", {}, "p1") is False
+    item = await store.inbox.get("slack:Ev-old")
+    assert item is not None and (item.state, item.kind) == ("done", "legacy")
+    assert await store.inbox.unanswered(datetime.now(UTC) - timedelta(days=1)) == []  # nothing to work on
+
+
+async def test_prune_forgets_old_items_and_keeps_recent_ones(store: Store) -> None:
+    await store.inbox.accept("slack:Ev-old", "slack", "k", {}, "p1")
+    assert await store.inbox.prune(datetime.now(UTC) - timedelta(minutes=5)) == 0
+    assert await store.inbox.prune(datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert await store.inbox.get("slack:Ev-old") is None
+    assert await store.inbox.accept("slack:Ev-old", "slack", "k", {}, "p1") is True  # a day on: new again
+
+
+async def test_an_item_is_unanswered_until_a_run_names_it_or_it_is_finished(store: Store) -> None:
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    for n in range(3):
+        await store.inbox.accept(f"slack:Ev{n}", "slack", "k", {}, "p1")
+    assert [i.id for i in await store.inbox.unanswered(since)] == ["slack:Ev0", "slack:Ev1", "slack:Ev2"]
+    assert await store.runs.record(_run_row("r0"), fence=("slack:Ev0", 1))
+    assert await store.inbox.finish("slack:Ev1", 1)
+    assert await store.inbox.finish("slack:Ev1", 1) is False  # once
+    assert [i.id for i in await store.inbox.unanswered(since)] == ["slack:Ev2"]
+    assert await store.inbox.finish("slack:Ev2", 1, error="ValueError: boom")
+    failed = await store.inbox.get("slack:Ev2")
+    assert failed is not None and (failed.state, failed.last_error) == ("failed", "ValueError: boom")
+    assert await store.inbox.unanswered(since) == []
+
+
+async def test_only_one_process_takes_over_an_item_and_each_takeover_raises_the_epoch(
+    store: Store, second_store: Store
+) -> None:
+    await store.inbox.accept("slack:Ev1", "slack", "k", {}, "dead")
+    won = await asyncio.gather(store.inbox.relet("slack:Ev1", 1, "a"), second_store.inbox.relet("slack:Ev1", 1, "b"))
+    assert sorted(won, key=str) == [2, None]
+    assert await store.inbox.holds("slack:Ev1", 2) and not await store.inbox.holds("slack:Ev1", 1)
+    assert await store.inbox.relet("slack:Ev1", 2, "c") == 3
+    item = await store.inbox.get("slack:Ev1")
+    assert item is not None and (item.owner, item.epoch, item.attempts) == ("c", 3, 3)
+
+
+def _run_row(run_id: str, **fields: object) -> dict[str, object]:
+    return {
+        "id": run_id, "conversation_key": "slack:T1:C1:1.0", "platform": "slack", "user_id": "U1",
+        "question": "How do I get VPN?", "reason": "answered", "started_at": datetime.now(UTC), "steps": 2,
+        "input_tokens": 1800, "output_tokens": 240, "cost_usd": 0.0004, "latency_ms": 1650.0, "model": "gpt-4o-mini",
+        "trace": TRACE, "owner": "host-1:100", **fields,
+    }  # fmt: skip
+
+
+async def test_a_finished_run_is_stored_once_in_one_insert_with_its_totals(store: Store) -> None:
+    assert await store.runs.record(_run_row("r1")) is True
+    run = await store.runs.get("r1")
+    assert run is not None
+    assert (run.status, run.reason, run.inbox_id, run.owner) == ("finished", "answered", None, "host-1:100")
+    assert (run.steps, run.input_tokens, run.output_tokens, run.trace) == (2, 1800, 240, TRACE)
+    assert run.finished_at is not None and run.finished_at >= run.started_at
+    assert await store.runs.unfinished() == []
+
+
+async def test_a_run_fenced_by_its_inbox_item_is_stored_only_while_its_epoch_holds_the_item(store: Store) -> None:
+    await store.inbox.accept("slack:Ev1", "slack", "k", {}, "p1")
+    assert await store.inbox.relet("slack:Ev1", 1, "p2") == 2  # p1 stalled; p2 took the item over
+    assert await store.runs.record(_run_row("r_stale"), fence=("slack:Ev1", 1)) is False
+    assert await store.runs.get("r_stale") is None  # written nothing
+    assert await store.runs.record(_run_row("r_new"), fence=("slack:Ev1", 2)) is True
+    run = await store.runs.get("r_new")
+    assert run is not None and (run.inbox_id, run.status) == ("slack:Ev1", "finished")
+    assert await store.runs.record(_run_row("r_none"), fence=("slack:Ev-unknown", 1)) is False
+
+
+async def test_a_second_run_for_one_inbox_item_writes_nothing(store: Store, second_store: Store) -> None:
+    await store.inbox.accept("slack:Ev1", "slack", "k", {}, "p1")
+    results = await asyncio.gather(
+        store.runs.record(_run_row("r_a"), fence=("slack:Ev1", 1)),
+        second_store.runs.record(_run_row("r_b"), fence=("slack:Ev1", 1)),
+    )
+    assert sorted(results) == [False, True]
+    assert await store.runs.record(_run_row("r_c"), fence=("slack:Ev1", 1)) is False
+    stored = [run.id for run in await store.runs.recent()]
+    assert stored == [["r_a", "r_b"][results.index(True)]]
+
+
+async def test_a_run_record_rolls_back_with_the_transaction_it_is_part_of(store: Store) -> None:
+    with pytest.raises(RuntimeError, match="the reply's rows failed"):
+        async with store.transaction() as tx:
+            assert await store.runs.record(_run_row("r1"), conn=tx)
+            await store.threads.append_history("slack:T1:C1:1.0", [{"role": "user", "content": "hi"}], conn=tx)
+            raise RuntimeError("the reply's rows failed")
+    assert await store.runs.get("r1") is None
+    assert await store.threads.load_history("slack:T1:C1:1.0") == []
 
 
 async def test_history_appends_in_order_per_thread(store: Store) -> None:
@@ -58,7 +158,7 @@ async def test_history_appends_in_order_per_thread(store: Store) -> None:
     assert await store.threads.load_history("slack:T1:C1:2.0") == []
 
 
-async def test_run_is_running_until_finished_with_totals_and_trace(store: Store) -> None:
+async def test_a_run_an_earlier_release_recorded_as_running_is_finished_with_totals_and_trace(store: Store) -> None:
     await _start(store, "r1")
     running = await store.runs.get("r1")
     assert running is not None
@@ -87,16 +187,19 @@ async def test_run_is_running_until_finished_with_totals_and_trace(store: Store)
 
 async def test_timestamps_come_back_timezone_aware_utc(store: Store) -> None:
     before = datetime.now(UTC)
-    await _start(store, "r1")
+    await store.runs.record(_run_row("r1", started_at=before))
     run = await store.runs.get("r1")
-    assert run is not None
-    assert run.started_at.tzinfo is not None and run.started_at.utcoffset() == timedelta(0)
-    assert before - timedelta(seconds=1) <= run.started_at <= datetime.now(UTC) + timedelta(seconds=1)
+    assert run is not None and run.finished_at is not None
+    for moment in (run.started_at, run.finished_at):
+        assert moment.tzinfo is not None and moment.utcoffset() == timedelta(0)
+    assert run.started_at == before
+    assert before <= run.finished_at <= datetime.now(UTC) + timedelta(seconds=1)
 
 
 async def test_list_runs_is_newest_first_and_limited(store: Store) -> None:
-    for run_id in ("r1", "r2", "r3"):
-        await _start(store, run_id)
+    start = datetime.now(UTC)
+    for n, run_id in enumerate(("r1", "r2", "r3")):
+        await store.runs.record(_run_row(run_id, started_at=start + timedelta(seconds=n)))
     assert [run.id for run in await store.runs.recent()] == ["r3", "r2", "r1"]
     assert [run.id for run in await store.runs.recent(limit=2)] == ["r3", "r2"]
 
@@ -106,7 +209,7 @@ async def test_get_run_of_unknown_id_is_none(store: Store) -> None:
 
 
 async def test_feedback_is_attached_to_an_existing_run_only(store: Store) -> None:
-    await _start(store, "r1")
+    await store.runs.record(_run_row("r1"))
     assert await store.runs.set_feedback("r1", "down", "U1") is True
     run = await store.runs.get("r1")
     assert run is not None
@@ -141,7 +244,7 @@ async def test_open_creates_the_sqlite_directory_and_enables_wal(tmp_path: Path)
     path = tmp_path / "nested" / "dir" / "policypal.db"
     store = await Store.open(f"sqlite+aiosqlite:///{path}")
     try:
-        assert await store.threads.claim_event("Ev1") is True
+        assert await store.inbox.accept("slack:Ev1", "slack", "k", {}, "p1") is True
         assert path.exists()
         assert path.with_name("policypal.db-wal").exists()
     finally:

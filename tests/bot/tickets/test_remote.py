@@ -97,14 +97,14 @@ async def test_jira_5xx_then_success_checks_for_the_request_then_creates_exactly
     assert ticket.id == "HELP-1" and len(jira.created) == 1
 
 
-async def test_jira_timeouts_end_in_a_timeout_error_after_every_attempt():
+async def test_jira_timeouts_end_in_an_unknown_outcome_after_every_attempt():
     async with FakeJira() as jira:
         jira.script(stall(1), stall(1), stall(1))
         client = jira_client(jira)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
-    assert caught.value.kind == "timeout"
+    assert caught.value.kind == "unknown"  # it reached Jira, which never answered: the request may exist
     assert "did not answer within 0.3 s" in str(caught.value)
     assert len(jira.to("POST")) == 3 and jira.created == []
 
@@ -182,14 +182,14 @@ async def test_servicenow_5xx_then_success_creates_one_incident():
     assert ticket.id == "INC0010001" and len(sn.incidents) == 1
 
 
-async def test_servicenow_timeouts_end_in_a_timeout_error():
+async def test_servicenow_timeouts_end_in_an_unknown_outcome():
     async with FakeServiceNow() as sn:
         sn.script(stall(1), stall(1), stall(1))
         client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
-    assert caught.value.kind == "timeout" and sn.incidents == []
+    assert caught.value.kind == "unknown" and sn.incidents == []
 
 
 async def test_servicenow_retry_after_a_timeout_finds_the_incident_by_correlation_id():
@@ -245,14 +245,29 @@ async def test_webhook_5xx_then_success():
     assert ticket.id == "WH-1" and len(hook.requests) == 2
 
 
-async def test_webhook_timeout_is_a_timeout_error():
+async def test_webhook_timeout_is_an_unknown_outcome():
     async with FakeWebhook() as hook:
         hook.script(stall(1), stall(1), stall(1))
         client = WebhookTickets(hook.url, hook.secret, FAST)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
-    assert caught.value.kind == "timeout"
+    assert caught.value.kind == "unknown"
+
+
+async def test_a_webhook_whose_own_server_keeps_failing_is_unknown_one_nobody_reached_is_unavailable():
+    async with FakeWebhook() as hook:
+        hook.script(*[status(500, "Internal Server Error")] * 3)  # it got the request: it may have acted
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        with pytest.raises(TicketError) as server_error:
+            await client.create(request())
+        await client.aclose()
+    nobody = WebhookTickets("http://127.0.0.1:9/tickets", "s", HttpPolicy(timeout_s=0.3, attempts=1))  # discard port
+    with pytest.raises(TicketError) as refused:
+        await nobody.create(request())
+    await nobody.aclose()
+    assert server_error.value.kind == "unknown" and len(hook.requests) == 3
+    assert refused.value.kind == "unavailable"  # a refused connection: the ticket certainly was not made
 
 
 async def test_webhook_retry_after_a_timeout_resends_the_same_key_and_the_receiver_dedupes():

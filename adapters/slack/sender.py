@@ -1,0 +1,108 @@
+"""The outbox's Slack sender: each row's ``Post`` rendered as Block Kit and written with the Web API.
+
+A reply may be several messages (a long answer is split); each part posted is saved on the row
+(``Delivery.save``), so a retry, in any process, goes on from the next part. When an earlier attempt
+may have gone through without its outcome being recorded (its process died), the sender first looks
+in the thread for the part by its metadata, and posts it only if it is not there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from adapters.slack.blocks import (
+    SlackMessage,
+    answer_messages,
+    card_message,
+    card_view_message,
+    give_up_message,
+    handoff_message,
+    notice_message,
+)
+from adapters.slack.post import CHANNEL_ERRORS, SlackWriter
+from bot.cards import CardView
+from bot.delivery import Delivery, Post, post_destination
+from bot.errors import RemoteError
+from bot.store import DeliveryRecord
+from bot.types import Answer, GaveUp, Pending, TerminationReason
+
+if TYPE_CHECKING:
+    from bot.service import PolicyPal
+
+log = logging.getLogger(__name__)
+
+
+class SlackSender:
+    """Sends the outbox's "slack" rows."""
+
+    destinations = (post_destination("slack"),)
+
+    def __init__(self, writer: SlackWriter, service: PolicyPal) -> None:
+        self._writer = writer
+        self._service = service
+
+    def label(self, row: DeliveryRecord) -> str:
+        return f"slack post {row.id}"
+
+    async def send(self, row: DeliveryRecord, delivery: Delivery) -> str | None:
+        post = Post.from_json(row.payload or {})
+        where = post.address
+        if post.kind == "card":
+            target = post.target
+            if not target.get("channel") or not target.get("ts"):
+                raise RemoteError(f"card of post {row.id} has no posted message to update", kind="validation")
+            card = card_view_message(CardView.from_json(post.card or {}))
+            await self._writer.update(str(target["channel"]), str(target["ts"]), card)
+            return str(target["ts"])
+        if post.kind == "private":
+            await self._writer.ephemeral(where.channel, where.user, where.thread or None, post.text)
+            return None
+        if post.kind == "direct":  # to the person's DM with the app: the thread could not be reached
+            return await self._writer.post(where.user, None, self._direct(post), row=row.id, part=0)
+        messages = self._messages(post)
+        posted = await self._post_parts(row, delivery, where.channel, where.thread, messages)
+        outcome = post.reply_outcome() if post.kind == "reply" else None
+        if isinstance(outcome, Pending):  # the card's buttons come back to this message: remember where it is
+            ref = {"platform": "slack", "channel": where.channel, "ts": posted[-1], "thread_ts": where.thread}
+            await self._service.card_posted(outcome.action.id, ref)
+        return posted[-1] if posted else None
+
+    def _direct(self, post: Post) -> SlackMessage:
+        """Why the reply is here and not in the thread, how to fix it, and the case that follows it up."""
+        error = (post.reason or "").rpartition(": ")[2] or "an error"
+        bot = self._writer.bot.name or "PolicyPal"
+        fix = f"Invite me there with `/invite @{bot}`, or ask me here." if error in CHANNEL_ERRORS else ""
+        text = f"I couldn't post my reply in <#{post.address.channel}> (Slack said `{error}`). {fix} {post.text}"
+        return notice_message(" ".join(text.split()))
+
+    def _messages(self, post: Post) -> list[SlackMessage]:
+        if post.kind == "notice":
+            if post.case_id and post.run_id:  # a run recovered from a dead process: its give-up
+                gave_up = GaveUp(TerminationReason.CANCELLED, post.text, case_id=post.case_id)
+                return [give_up_message(gave_up, post.run_id)]
+            if post.case_id:
+                return [handoff_message(post.text, post.case_id)]
+            return [notice_message(post.text)]
+        outcome = post.reply_outcome()
+        if isinstance(outcome, Answer):
+            return answer_messages(outcome, post.run_id or "", actions=post.from_a_run)
+        if isinstance(outcome, Pending):
+            return [card_message(outcome.action)]
+        return [give_up_message(outcome, post.run_id or "")]
+
+    async def _post_parts(
+        self, row: DeliveryRecord, delivery: Delivery, channel: str, thread: str, messages: list[SlackMessage]
+    ) -> list[str]:
+        """Post the parts not posted yet, in order; each part's ts is saved on the row before the next."""
+        posted: list[str] = json.loads(delivery.progress) if delivery.progress else []
+        for part in range(len(posted), len(messages)):
+            found = await self._writer.find(channel, thread, row=row.id, part=part) if delivery.uncertain else None
+            if found is not None:
+                log.info("slack post %s part %d was already in the thread (%s); not posted again", row.id, part, found)
+            ts = found or await self._writer.post(channel, thread, messages[part], row=row.id, part=part)
+            posted.append(ts)
+            if part < len(messages) - 1:
+                await delivery.save(json.dumps(posted))
+        return posted
