@@ -6,6 +6,7 @@ the words, the date format and what a state is called live here, so a card reads
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
@@ -44,6 +45,50 @@ def already_decided(state: str, decider: str, decided_at: datetime | None) -> st
 def expired(expires_at: datetime) -> str:
     """What an expired card and a click on it say: nothing was done, and what to do instead."""
     return f"This request expired at {when(expires_at)}. Nothing was done; ask again if you still need it."
+
+
+def card_id(pending_id: str) -> str:
+    """The id of a pending action's card, which its buttons carry beside the pending id and the hash.
+
+    One card per pending action, so it is derived, not stored: every rendering of the card (posted,
+    shown again after a refused click) carries the same one.
+    """
+    return hashlib.sha256(f"card:{pending_id}".encode()).hexdigest()[:12]
+
+
+# A posted card's stored location -> (conversation, message id), as the platform that stored it reads it.
+Located = Callable[[dict[str, Any]], tuple[str, str] | None]
+
+
+@dataclass(frozen=True)
+class ClickedCard:
+    """The card a click came from: the card id its button carried and the message it was clicked in.
+
+    ``message`` is (conversation, message id) as the platform names them (Slack: channel and ts; Teams:
+    conversation and activity id), and ``located`` reads the same pair from where the card was posted,
+    as that platform stored it (``PolicyPal.card_posted``). ``card_id`` is None for a button of a card
+    posted by an earlier release, whose value names no card.
+    """
+
+    card_id: str | None
+    message: tuple[str, str] | None
+    located: Located
+
+    def belongs_to(self, pending_id: str, posted: dict[str, Any] | None) -> bool:
+        """Is this click from ``pending_id``'s own card, which was posted at ``posted``?
+
+        A button naming another card never is. Otherwise the clicked message decides: a value copied
+        from one card and clicked on another (same call, same hash) comes from the wrong message. Where
+        the card's message is unknown (the platform answered the post without an id, or the click beat
+        the post's record by milliseconds), the click is taken, card id or not: the value still binds
+        it to the frozen call and its requester, and refusing would leave a card nobody can decide.
+        Buttons from an earlier release carry no card id and meet the same location check, so the
+        cards already in people's threads keep working.
+        """
+        if self.card_id is not None and self.card_id != card_id(pending_id):
+            return False
+        where = self.located(posted) if posted else None
+        return where is None or where == self.message
 
 
 CARD_STATES = ("open", "working", "executing", "done", "failed", "unknown", "cancelled", "expired")

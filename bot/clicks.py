@@ -9,7 +9,7 @@ from bot.pending import Decision
 
 
 def click_notice(verdict: Decision, who: Callable[[str], str], decision: str = "decide") -> str:
-    """Why nothing happened: gone, expired, someone else's, another call's button, or decided already."""
+    """Why nothing happened: gone, expired, someone else's, another call's or another card's button, or decided."""
     record = verdict.action
     if record is None:
         return verdict.message

@@ -131,6 +131,10 @@ class Settings(BaseSettings):
 
     # who may see and do what
     user_groups: str | None = None  # JSON {"user id or email": ["managers", ...]}; everyone is in "all"
+    # A reply in a channel, thread or group chat: from public documents ("public"), or from what every
+    # member may read ("members": the member list and POLICYPAL_USER_GROUPS; public when it cannot be read).
+    shared_audience: Literal["public", "members"] = "public"
+    shared_audience_max_members: PositiveInt = 200  # a larger place reads public documents only
     guests_may_write: bool = False
 
     # helpdesk handoff destinations (the local store always receives every case)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from bot.errors import ConfigError
+
 EVERYONE = "all"
 
 
@@ -33,3 +35,22 @@ class GroupMap:
             if key:
                 found.extend(self._mapping.get(key.lower(), ()))
         return tuple(dict.fromkeys(found))
+
+    @property
+    def configured(self) -> bool:
+        """Whether any user is mapped: without a map, groups come from elsewhere (the terminal's --group)."""
+        return bool(self._mapping)
+
+    def names(self) -> frozenset[str]:
+        """Every group the map names, and "all": the only audiences anyone can be in."""
+        return frozenset({EVERYONE, *(str(group) for groups in self._mapping.values() for group in groups)})
+
+
+def known_groups(user_groups: str | None) -> frozenset[str] | None:
+    """The group names a document's audience may use at index time (POLICYPAL_USER_GROUPS), or None when
+    no groups are configured: then any name is accepted, as before groups existed."""
+    try:
+        groups = GroupMap.from_json(user_groups)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return groups.names() if groups.configured else None

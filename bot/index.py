@@ -22,8 +22,8 @@ class OwnedIndex:
     async def asearch(self, query: str, k: int = 5, filter: SearchFilter | None = None) -> list[Passage]:
         return await self._index.asearch(query, k, filter)
 
-    def sections(self) -> list[str]:
-        return self._index.sections()
+    def sections(self, groups: Sequence[str] | None = None) -> list[str]:
+        return self._index.sections(groups)
 
     async def ping(self) -> int:
         """Chunks in the index: one cheap call that proves the index (or the Qdrant server) answers."""

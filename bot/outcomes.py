@@ -50,6 +50,7 @@ class RunRecord:
     trace: list[dict[str, Any]]
     owner: str
     exchange: list[Message] | None = None  # what the thread's history keeps of this run
+    audience: list[str] | None = None  # the groups its answer was built for: who may read the exchange later
 
     def row(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -73,23 +74,29 @@ class Outcomes:
         self,
         *,
         run: RunRecord | None = None,
-        history: tuple[str, Sequence[Message]] | None = None,
+        history: tuple[str, Sequence[Message], Sequence[str]] | None = None,
+        also_runs: Sequence[RunRecord] = (),
         posts: Callable[[], Sequence[NewPost]] | Sequence[NewPost] = (),
         before_posts: Extra | None = None,
     ) -> bool:
-        """Store ``run`` (fenced), ``history``, whatever ``before_posts`` writes, then the posts; send them.
+        """Store ``run`` (fenced), ``history`` (thread key, messages, audience), ``also_runs``, whatever
+        ``before_posts`` writes, then the posts; send them.
 
-        False when superseded (nothing was written). ``posts`` may be a function, called after
-        ``before_posts`` (a proposed action's id is in its card).
+        False when superseded (nothing was written). ``also_runs`` answer the same item (the private
+        part of a reply in a shared place): the fence of ``run`` holds them all. ``posts`` may be a
+        function, called after ``before_posts`` (a proposed action's id is in its card).
         """
         lease = current_lease()
         try:
             async with self._store.transaction() as tx:
                 await self._fence(tx, lease, run)
+                for extra in also_runs:
+                    await self._store.runs.record(extra.row(), conn=tx)
                 if before_posts is not None:
                     await before_posts(tx)
                 if history is not None:
-                    await self._store.threads.append_history(history[0], history[1], conn=tx)
+                    key, messages, audience = history
+                    await self._store.threads.append_history(key, messages, audience=audience, conn=tx)
                 rows = posts() if callable(posts) else posts
                 sent = await self._store.outbox.add_posts(
                     [p for p in rows if self._outbox.delivers(p.destination)], claimed_by=self._outbox.owner, conn=tx

@@ -21,7 +21,8 @@ What "exactly once" means here:
   in process memory.
 * **The frozen call, and only it, runs.** The decision carries the stored arguments; the card
   carries only their hash, and a click whose hash does not match what is stored is refused (fail
-  closed). No model runs between Confirm and the call.
+  closed). No model runs between Confirm and the call. A click must also come from the action's own
+  card: a button value carried to another card's message (same call, same hash) is refused.
 * **At most once, never silently twice.** The caller runs the call after a ``confirmed`` decision,
   passing the pending id as the backend's idempotency key, then calls ``finish``. If the process dies
   in between, the action stays ``executing``; ``mark_stale_executing_unknown`` later moves it to
@@ -58,9 +59,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TTL = timedelta(hours=24)
 HASH_MISMATCH = "This button does not match the stored request, so nothing was done."
+WRONG_CARD = "This button belongs to another card."
 
 DecisionStatus = Literal[
-    "confirmed", "cancelled", "not_found", "expired", "not_requester", "hash_mismatch", "already_decided"
+    "confirmed", "cancelled", "not_found", "expired", "not_requester", "hash_mismatch", "already_decided",
+    "wrong_card",
 ]
 
 _TARGET_STATE: dict[str, PendingState] = {"confirm": "executing", "cancel": "cancelled"}
@@ -143,15 +146,20 @@ class PendingActions:
         args_hash: str,
         *,
         item_id: str | None = None,
+        card: cards.ClickedCard | None = None,
     ) -> Decision:
         """Apply a click: the requester's click on an open, matching, unexpired action wins in one UPDATE;
         anything else is refused, or loses to what happened first, and says why.
 
         ``item_id`` is the inbox item of the click, kept on the winner so a retry of that click, and of no
-        other, can tell it is the one that decided.
+        other, can tell it is the one that decided. ``card``: the card the click came from (None from the
+        terminal, which has no card); a click from another card is refused before anything is decided
+        (``ClickedCard.belongs_to``).
         """
         if decision not in _TARGET_STATE:
             raise ValueError(f"decision must be 'confirm' or 'cancel', not {decision!r}")
+        if card is not None and (refused := await self._off_its_card(pending_id, actor, card)) is not None:
+            return refused
         now = self._clock()
         target = _TARGET_STATE[decision]
         fields: dict[str, Any] = {"decider": actor, "decided_at": now, "decided_item": item_id}
@@ -216,6 +224,20 @@ class PendingActions:
     async def get(self, pending_id: str) -> PendingRecord | None:
         """The pending action as currently stored."""
         return await self._store.pending.get(pending_id)
+
+    async def _off_its_card(self, pending_id: str, actor: str, card: cards.ClickedCard) -> Decision | None:
+        """A click that did not come from the action's own card, refused; None when it did."""
+        record = await self._store.pending.get(pending_id)
+        if record is None:
+            return _NOT_FOUND
+        if card.belongs_to(record.id, record.platform_message):
+            return None
+        posted = card.located(record.platform_message) if record.platform_message else None
+        log.warning(
+            "pending %s: a click by %s came from message %s (card id %s), not from its own card (message %s); "
+            "refused", record.id, actor, card.message, card.card_id, posted,
+        )
+        return Decision("wrong_card", record, WRONG_CARD)
 
     async def _refused(
         self, pending_id: str, actor: str, decision: Literal["confirm", "cancel"], args_hash: str, now: datetime

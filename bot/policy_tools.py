@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -48,10 +48,20 @@ TICKET_DESCRIPTION = (
 )
 
 
-def search_tool(searcher: Searcher, *, top_k: int = 5, sections: Sequence[str] = ()) -> Tool:
-    """The search tool; ``sections`` (the index's, at start) are offered by name, and none means no filter."""
+Sections = Callable[[tuple[str, ...] | None], Sequence[str]]
+
+
+def search_tool(searcher: Searcher, *, top_k: int = 5, sections: Sections | Sequence[str] = ()) -> Tool:
+    """The search tool, searching what the reply's readers may read (``ToolContext.reading_groups``).
+
+    ``sections(groups)`` names the sections of documents those readers may read: they are offered by
+    name in the schema for each run, so a restricted document's section name never reaches a model
+    answering someone outside it. No sections: no section filter.
+    """
+    named = sections if callable(sections) else (lambda _groups, fixed=tuple(sections): fixed)
+
     async def handler(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        scope = SearchFilter(section=arguments.get("section"), groups=ctx.user.groups)
+        scope = SearchFilter(section=arguments.get("section"), groups=ctx.reading_groups)
         notes = []
         try:
             passages = await searcher.asearch(arguments["query"], k=top_k, filter=scope)
@@ -63,17 +73,22 @@ def search_tool(searcher: Searcher, *, top_k: int = 5, sections: Sequence[str] =
         result: dict[str, Any] = {"results": [_passage_result(p) for p in passages]}
         return result | {"note": " ".join(notes)} if notes else result
 
-    properties: dict[str, Any] = {
-        "query": {"type": "string", "minLength": 2, "maxLength": 300, "description": "what to look for"},
-    }
-    if sections:  # a guessed section would only be searched past, so the model is told the real ones
-        listed = ", ".join(sections)
-        properties["section"] = {
-            "type": "string",
-            "description": f"optional: only this policy section ({listed}), when the user names one",
+    def parameters(groups: tuple[str, ...] | None) -> dict[str, Any]:
+        properties: dict[str, Any] = {
+            "query": {"type": "string", "minLength": 2, "maxLength": 300, "description": "what to look for"},
         }
-    parameters = {"type": "object", "properties": properties, "required": ["query"], "additionalProperties": False}
-    return Tool(SEARCH_TOOL, SEARCH_DESCRIPTION, parameters, Consequence.READ, handler)
+        offered = named(groups)
+        if offered:  # a guessed section would only be searched past, so the model is told the real ones
+            properties["section"] = {
+                "type": "string",
+                "description": f"optional: only this policy section ({', '.join(offered)}), when the user names one",
+            }
+        elif named(None):  # sections exist, none of them readable here: the filter stays valid, unnamed
+            properties["section"] = {"type": "string", "description": "optional: only this policy section"}
+        return {"type": "object", "properties": properties, "required": ["query"], "additionalProperties": False}
+
+    return Tool(SEARCH_TOOL, SEARCH_DESCRIPTION, parameters(None), Consequence.READ, handler,
+                parameters_for=parameters)
 
 
 def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool:
@@ -144,19 +159,22 @@ def policy_tools(
     *,
     top_k: int = 5,
     guests_may_write: bool = False,
-    sections: Sequence[str] = (),
+    sections: Sections | Sequence[str] = (),
 ) -> ToolRegistry:
     search = search_tool(searcher, top_k=top_k, sections=sections)
     return ToolRegistry([search, ticket_tool(tickets, guests_allowed=guests_may_write)])
 
 
 def _passage_result(passage: Passage) -> dict[str, Any]:
-    return {
+    result: dict[str, Any] = {
         "cite": cite_for(passage),
         "source": passage.source,
         "score": round(passage.score, 3),
         "text": passage.text,
     }
+    if passage.audience:  # a restricted document: the service sends what cites it to its readers only
+        result["audience"] = list(passage.audience)
+    return result
 
 
 def cite_for(passage: Passage) -> str:

@@ -23,6 +23,8 @@ HIDDEN_PASSWORD = "***"  # how SQLAlchemy shows a URL's password (render_as_stri
 MIN_SECRET_CHARS = 6  # shorter configured values would redact ordinary words
 MIN_PIN_CHARS = 4  # "my password is 1234" is a secret; "is 2" or "is a" is prose
 LONG_SECRET_CHARS = 20  # a single "word" this long after "password is" is a passphrase, not prose
+TRACE_VALUE_CHARS = 8_000  # each string of a stored trace step (arguments, result preview, error), marker included
+_CUT_MARKER_ROOM = 64  # "…[cut: N characters, M not stored]" for any N a process can hold
 
 _PATTERNS = [
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
@@ -147,3 +149,36 @@ def bounded(text: str, limit: int) -> str:
         return text
     marker = f"…[truncated: {len(text) - limit} more characters]"
     return text[:limit] + marker
+
+
+def bounded_value(value: Any, limit: int) -> Any:
+    """Any JSON-like value with each string cut to ``limit`` characters, marker included.
+
+    The strings inside are cut, not the serialized text, so the value keeps its shape: a trace stays a
+    list of steps with the same fields, every reader (``policypal traces``, transcripts, eval) reads it
+    as before, and no one is handed half a JSON document. A trace step's fields are scalars, so this
+    bounds a step; the number of items in a list is not bounded here.
+    """
+    if isinstance(value, str):
+        return _cut(value, limit)
+    if isinstance(value, dict):
+        return {key: bounded_value(item, limit) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [bounded_value(item, limit) for item in value]
+    return value
+
+
+def bounded_trace(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trace steps as stored: one tool call of megabytes cannot grow the database by megabytes.
+
+    Apply it to the redacted steps: a cut made first could leave a secret too short for its pattern.
+    """
+    return [bounded_value(step, TRACE_VALUE_CHARS) for step in steps]
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, ending in a marker with its full length when it was cut."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - _CUT_MARKER_ROOM, 0)
+    return f"{text[:keep]}…[cut: {len(text):,} characters, {len(text) - keep:,} not stored]"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bot.audience import Audience, asker_audience, place_audience
 from bot.cards import CardView
 from bot.delivery import Address, Post, outcome_to_json, post_destination
 from bot.helpdesk import HandoffCase, case_number
@@ -70,13 +71,22 @@ class Where:
     question: str
     link: str | None = None
     address: Address | None = None  # None: no outbox for this surface (the terminal)
+    readers: Audience | None = None  # who reads the reply here (None: the asker)
+    asker: Audience | None = None  # set when the asker may read more than ``readers``: the private part
+    private_channel: bool = False  # the private part can be sent (a Slack DM); else the asker is told where
 
     @classmethod
     def of(cls, inbound: Inbound) -> Where:
         address = Address(
             inbound.platform, inbound.channel, inbound.thread, inbound.address, inbound.user.id, inbound.user.name
         )
-        return cls(inbound.platform, inbound.conversation_key, inbound.text, inbound.link, address)
+        readers, asker = place_audience(inbound), asker_audience(inbound.user)
+        more = asker if not set(asker.groups) <= set(readers.groups) else None
+        return cls(inbound.platform, inbound.conversation_key, inbound.text, inbound.link, address, readers, more,
+                   inbound.private_channel)
+
+
+PRIVATE_PART = "private_part"  # a direct post's reason: the part of a thread's answer only its asker may read
 
 
 def reply_posts(reply: Reply, where: Where, inbox_id: str | None) -> list[NewPost]:
@@ -95,11 +105,11 @@ def reply_posts(reply: Reply, where: Where, inbox_id: str | None) -> list[NewPos
 
 
 def text_post(kind: Literal["notice", "private", "direct"], text: str, where: Where, inbox_id: str | None,
-              *, run_id: str | None = None, case_id: str | None = None) -> list[NewPost]:
+              *, run_id: str | None = None, case_id: str | None = None, reason: str | None = None) -> list[NewPost]:
     """A notice in the thread, a note only the person sees, or a message to them outside the thread."""
     if where.address is None:
         return []
-    post = Post(kind, where.address, text=text, run_id=run_id, case_id=case_id)
+    post = Post(kind, where.address, text=text, run_id=run_id, case_id=case_id, reason=reason)
     return [NewPost(post_destination(where.platform), post.to_json(), where.conversation_key, inbox_id)]
 
 

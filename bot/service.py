@@ -33,7 +33,8 @@ from bot.agent import (
     run_agent,
     thread_context,
 )
-from bot.cards import CardView
+from bot.audience import Audience, asker_audience
+from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
 from bot.delivery import Address, Inbox, Outbox, Post, current_lease, post_destination
 from bot.errors import StateVersionError
@@ -51,7 +52,16 @@ from bot.index import OwnedIndex
 from bot.outcomes import Outcomes, RunRecord
 from bot.pending import Decision, PendingActions
 from bot.policy_tools import reply_from_result
-from bot.replies import DecisionReply, RefusalReason, Reply, Where, card_post, reply_posts, text_post
+from bot.replies import (
+    PRIVATE_PART,
+    DecisionReply,
+    RefusalReason,
+    Reply,
+    Where,
+    card_post,
+    reply_posts,
+    text_post,
+)
 from bot.runtime import BUSY_TEXT, THIS_PROCESS, Admission, InFlight, Metrics, log_context
 from bot.store import DeliveryRecord, NewPost, PendingRecord, PendingState, Place, Store, utcnow
 from bot.types import Answer, GaveUp, Inbound, Message, Pending, TerminationReason, UserRef
@@ -115,14 +125,16 @@ class PolicyPal:
 
     async def _answer(self, inbound: Inbound, cancel: asyncio.Event | None) -> Reply | None:
         where = Where.of(inbound)
-        history = [] if inbound.starts_thread else await self.store.threads.load_history(inbound.conversation_key)
+        readers = where.readers or asker_audience(inbound.user)
+        key = inbound.conversation_key
+        history = [] if inbound.starts_thread else await self.store.threads.load_history(key, readers.may_read)
         if not history:
             await self.store.threads.remember_place(_place(inbound))
         if self.admission is not None and not await self.admission.users.allow(_user_key(inbound)):
             return await self._refuse(inbound, where, "rate_limited", self.admission.users.refusal())
         if asks_for_human(inbound.text):
             return await self._hand_over(inbound, where)
-        state = _first_state(inbound, history)
+        state = _first_state(inbound, history, readers)
         if self.admission is None:
             return await self._run(state, where, cancel)
         async with self.admission.slots.slot() as admitted:
@@ -147,8 +159,10 @@ class PolicyPal:
         case = await self.request_handoff(key, inbound.user, link=inbound.link, question=inbound.text)
         text = case.user_reply()
         reply = Reply(case.case_id, TerminationReason.ANSWERED, Answer(text), key)
-        exchange = [{"role": "user", "content": inbound.text}, _said(text)]
-        committed = await self.outcomes.commit(history=(key, exchange), posts=reply_posts(reply, where, _item()))
+        exchange = self.redactor.value([{"role": "user", "content": inbound.text}, _said(text)])
+        readers = where.readers or asker_audience(inbound.user)
+        history = (key, exchange, readers.groups)
+        committed = await self.outcomes.commit(history=history, posts=reply_posts(reply, where, _item()))
         return reply if committed else None
 
     # -- a run --------------------------------------------------------------------------------------
@@ -168,7 +182,8 @@ class PolicyPal:
             try:
                 result = await run_agent(self.deps, state, stop, decided)
                 log.info("run %s ended: %s", result.run_id, result.reason.value)
-                reply = await self._conclude(result, where, started, also)
+                private = await self._private_part(result, where, stop)
+                reply = await self._conclude(result, where, started, also, private)
             finally:
                 self.metrics.in_flight.dec()
         spent = state.spent
@@ -177,8 +192,37 @@ class PolicyPal:
         )
         return reply
 
+    async def _private_part(self, public: RunResult, where: Where, cancel: asyncio.Event) -> RunResult | None:
+        """What only the asker may read, answered apart: None when the thread's answer is all there is.
+
+        In a shared place the reply is built from what everyone there may read. When the asker may
+        read more, the same question runs again with the asker's groups and no tool with a side
+        effect; if that answer cites a document the place may not read, it is the private part.
+        """
+        readers, asker = where.readers, where.asker
+        if readers is None or asker is None or not isinstance(public.outcome, Answer):
+            return None
+        first = public.state
+        state = RunState(
+            run_id=_new_run_id(),
+            user=first.user,
+            conversation_key=first.conversation_key,
+            messages=[dict(message) for message in first.messages[: first.question_index + 1]],
+            question_index=first.question_index,
+            audience=asker.groups,
+        )
+        private = await run_agent(replace(self.deps, tools=self.deps.tools.reading_only()), state, cancel)
+        outcome = private.outcome
+        if not isinstance(outcome, Answer) or all(readers.can_see(c.audience) for c in outcome.citations):
+            log.info("run %s: nothing restricted answers it for %s", private.run_id, asker.label())
+            return None
+        log.info("run %s: the part only %s may read goes privately (run %s)", public.run_id, asker.label(),
+                 private.run_id)
+        return private
+
     async def _conclude(
-        self, result: RunResult, where: Where, started: datetime, also: Sequence[NewPost]
+        self, result: RunResult, where: Where, started: datetime, also: Sequence[NewPost],
+        private: RunResult | None = None,
     ) -> Reply | None:
         """Store the run with what the user sees (one fenced transaction), then send it."""
         state, spent = result.state, result.state.spent
@@ -193,13 +237,27 @@ class PolicyPal:
                 log.warning("run %s: its inbox item was taken over; no case, no reply", result.run_id)
                 return None
             outcome = await self._give_up(result, outcome, where.link, run)
+        private_runs, private_posts = [], []
+        if private is not None and isinstance(outcome, Answer) and isinstance(private.outcome, Answer):
+            outcome = replace(outcome, text=f"{outcome.text}\n\n{_private_note(where)}")
+            sent = self._record(private, where, started)
+            if where.private_channel:
+                sent = replace(sent, exchange=self._exchange(private.state, private.outcome.text))
+                private_posts = text_post("direct", private.outcome.text, where, _item(), run_id=private.run_id,
+                                          reason=PRIVATE_PART)
+            private_runs.append(sent)
         reply = replace(reply, outcome=outcome)
         # Thread history keeps questions and final answers only (tool traffic lives in the trace), on
         # the run's own row: one INSERT, never a read-modify-write, so concurrent runs all stay.
-        run = replace(run, exchange=[{"role": "user", "content": state.question}, _said(outcome.text)])
-        posts = [*also, *reply_posts(reply, where, _item())]
-        committed = await self.outcomes.commit(run=run, posts=posts)
+        run = replace(run, exchange=self._exchange(state, outcome.text))
+        posts = [*also, *reply_posts(reply, where, _item()), *private_posts]
+        committed = await self.outcomes.commit(run=run, also_runs=private_runs, posts=posts)
         return reply if committed else None
+
+    def _exchange(self, state: RunState, answer: str) -> list[Message]:
+        """What the thread's history keeps of a run: the question and the answer, redacted like traces."""
+        exchange: list[Message] = self.redactor.value([{"role": "user", "content": state.question}, _said(answer)])
+        return exchange
 
     async def _propose(
         self, result: RunResult, write: ProposedWrite, reply: Reply, where: Where, run: RunRecord,
@@ -257,6 +315,7 @@ class PolicyPal:
             model=self.deps.model.name,
             trace=self.redactor.value(result.trace.step_dicts()),
             owner=PROCESS_OWNER,
+            audience=list(result.state.reading_groups),
         )
 
     # -- Confirm and Cancel -------------------------------------------------------------------------
@@ -271,14 +330,19 @@ class PolicyPal:
         address: Address,
         who: Who = str,
         show: Show | None = None,
+        card: ClickedCard | None = None,
     ) -> DecisionReply:
         """A click on a card, for every platform: decided exactly once, the card and the reply through the outbox.
 
         ``show`` puts a card state up at once where the clicker sees it (buttons off while the decision
         runs, then the call's result while the model writes); the outbox makes the final card stick.
-        A click that is refused or lost gets ``notice`` (privately) and the card as it stands.
+        A click that is refused or lost gets ``notice`` (privately) and the card as it stands. ``card``
+        is the card the click came from: a click from another card than the action's own is refused,
+        and then no card is shown (the clicked one belongs to another action).
         """
-        return await self._decided(pending_id, actor, decision, args_hash, address=address, who=who, show=show)
+        return await self._decided(
+            pending_id, actor, decision, args_hash, address=address, who=who, show=show, card=card
+        )
 
     async def decide(
         self,
@@ -305,10 +369,11 @@ class PolicyPal:
         who: Who = str,
         show: Show | None = None,
         on_result: Callable[[DecisionReply], Awaitable[None]] | None = None,
+        card: ClickedCard | None = None,
     ) -> DecisionReply:
         lease = current_lease()
         item = lease.item_id if lease else None
-        verdict = await self.pending.decide(pending_id, actor.id, decision, args_hash, item_id=item)
+        verdict = await self.pending.decide(pending_id, actor.id, decision, args_hash, item_id=item, card=card)
         record = verdict.action
         if verdict.status not in ("confirmed", "cancelled") or record is None:
             if lease is not None and lease.attempt > 1 and _decided_by(verdict, actor, lease.item_id):
@@ -380,7 +445,7 @@ class PolicyPal:
         """A click that did not decide: the clicker is told why, privately; the card shows what stands."""
         notice = click_notice(verdict, who, decision)
         record = verdict.action
-        view = CardView.of(record) if record is not None else None
+        view = CardView.of(record) if record is not None and verdict.status != "wrong_card" else None
         if address is None:
             return DecisionReply(verdict, card=view, notice=notice)
         where = Where(address.platform, record.conversation_key if record else "", "", None, address)
@@ -656,8 +721,8 @@ async def _report(on_result: Callable[[DecisionReply], Awaitable[None]], early: 
         log.exception("pending %s: reporting the result failed; the run continues", action.id if action else "?")
 
 
-def _first_state(inbound: Inbound, history: list[Message]) -> RunState:
-    """A new run's state: the system prompt, the thread so far, and the question."""
+def _first_state(inbound: Inbound, history: list[Message], readers: Audience) -> RunState:
+    """A new run's state: the system prompt, the thread so far (what its readers may read), the question."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, *thread_context(history, inbound.text)]
     return RunState(
         run_id=_new_run_id(),
@@ -665,4 +730,17 @@ def _first_state(inbound: Inbound, history: list[Message]) -> RunState:
         conversation_key=inbound.conversation_key,
         messages=messages,
         question_index=len(messages) - 1,
+        audience=readers.groups,
     )
+
+
+def _private_note(where: Where) -> str:
+    if where.private_channel:
+        return PRIVATE_PART_SENT
+    return PRIVATE_PART_ASK
+
+
+PRIVATE_PART_SENT = "Part of the answer comes from documents not everyone here may read: I've sent it to you privately."
+PRIVATE_PART_ASK = (
+    "Part of the answer comes from documents not everyone here may read: ask me in a personal chat to see it."
+)

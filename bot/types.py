@@ -58,6 +58,9 @@ class Inbound:
     link: str | None = None  # a link back to the message (Slack permalink, Teams deep link)
     address: dict[str, Any] | None = None  # how to post in this thread later, unprompted (Teams' reference)
     starts_thread: bool = False  # the message opens its thread: there is no history to read
+    shared: bool = False  # read by others too (a channel, a thread, a group chat), not just the asker
+    private_channel: bool = False  # the platform can reach the asker privately from here (a Slack DM)
+    members: tuple[UserRef, ...] | None = None  # who can read the place, with groups, where known
 
     @property
     def conversation_key(self) -> str:
@@ -123,6 +126,11 @@ class Citation:
     title: str
     heading: str
     source: str
+    audience: tuple[str, ...] = ()  # the document's groups; empty: public
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Citation:
+        return cls(str(data["title"]), str(data["heading"]), str(data["source"]), tuple(data.get("audience") or ()))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ Destinations that need a platform client (Slack, Teams) are built by the composi
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -193,7 +193,10 @@ def _warn_if_destinations_configured(settings: Settings) -> None:
         log.warning("helpdesk destinations configured (%s) but none passed to open_service", ", ".join(configured))
 
 
-def _sections(searcher: Searcher) -> list[str]:
-    """The index's sections at start, for the search tool's schema; a searcher without them has none."""
+def _sections(searcher: Searcher) -> Callable[[tuple[str, ...] | None], Sequence[str]]:
+    """The index's sections readers with some groups may read, for the search tool's schema (cached a
+    minute by the searcher); a searcher without sections has none."""
     sections = getattr(searcher, "sections", None)
-    return list(sections()) if callable(sections) else []
+    if not callable(sections):
+        return lambda _groups: ()
+    return lambda groups: list(sections(groups))

@@ -141,9 +141,9 @@ class PolicyIndex:
         """The fused top k and the floor's signals, before the floor (search() applies it)."""
         return self._searcher.retrieve(query, k=k, filter=filter)
 
-    def sections(self) -> list[str]:
-        """The sections documents declare, sorted; refreshed now and then (another process may index)."""
-        return self._searcher.sections()
+    def sections(self, groups: Sequence[str] | None = None) -> list[str]:
+        """The sections of documents readers with ``groups`` may read (None: all), sorted."""
+        return self._searcher.sections(groups)
 
 
 def _expected_meta(embedder: Embedder) -> IndexMeta:

@@ -8,7 +8,7 @@ and a root from which nothing loaded at all (unmounted, mistyped) removes nothin
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,11 +37,12 @@ class RootLoad:
         return bool(self.report.documents or self.report.duplicates)
 
 
-def load_roots(paths: Sequence[Path]) -> list[RootLoad]:
+def load_roots(paths: Sequence[Path], *, known_groups: Collection[str] | None = None) -> list[RootLoad]:
     """Load each path separately, so every document knows the root that scopes its removal.
 
     A path given twice, or inside a directory given in the same run, is loaded once, from the outer
-    directory: otherwise one file would be indexed twice, or conflict with itself.
+    directory: otherwise one file would be indexed twice, or conflict with itself. ``known_groups``:
+    the configured group names a front matter audience may use (``load_documents``); None: any.
     """
     from retrieval.ingest import load_documents  # PDF/DOCX/HTML parsers: only `index` pays their import
 
@@ -59,16 +60,18 @@ def load_roots(paths: Sequence[Path]) -> list[RootLoad]:
         elif not os.path.lexists(path):
             loads.append(RootLoad(key, LoadReport(failures=[LoadFailure(path, "no such file or directory")])))
         else:
-            report = load_documents([path])
+            report = load_documents([path], known_groups=known_groups)
             failed = frozenset(real_path(failure.path) for failure in report.failures)
             loads.append(RootLoad(key, report, _failed_ids(path, report.failures), failed))
     return loads
 
 
-def load_for_index(paths: Sequence[str | Path]) -> tuple[list[RootLoad], str | None]:
+def load_for_index(
+    paths: Sequence[str | Path], *, known_groups: Collection[str] | None = None
+) -> tuple[list[RootLoad], str | None]:
     """The documents under paths, or why there is nothing to index: then the index must not be touched,
     since indexing a root with no documents would remove everything indexed from it before."""
-    loads = load_roots([Path(p) for p in paths])
+    loads = load_roots([Path(p) for p in paths], known_groups=known_groups)
     if any(load.report.documents for load in loads):
         return loads, None
     return loads, f"No documents to index in {', '.join(map(str, paths))} (supported: {SUPPORTED})."

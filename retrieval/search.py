@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from retrieval.backends import Hit
+from retrieval.backends import Hit, visible_to
 from retrieval.config import MAX_K
 from retrieval.context import IndexContext
 from retrieval.errors import UnknownSectionError
@@ -102,7 +103,7 @@ class Searcher:
         self.floor = floor
         self._context = context
         self._size_cache: tuple[float, int] | None = None
-        self._sections_cache: tuple[float, list[str]] | None = None
+        self._sections_cache: tuple[float, list[tuple[str, tuple[str, ...]]]] | None = None
 
     def forget(self) -> None:
         """Drop what is cached about the corpus: this process just changed it."""
@@ -137,19 +138,24 @@ class Searcher:
             corpus_size=self._corpus_size(),
         )
 
-    def sections(self) -> list[str]:
-        """The sections documents declare, sorted; refreshed now and then (another process may index)."""
+    def sections(self, groups: Sequence[str] | None = None) -> list[str]:
+        """The sections of documents readers with ``groups`` may read (None: all), sorted.
+
+        A section name is itself information ("Confidential Reorg Plan"): offered to the model, or
+        listed in an error, it must come from documents the readers may see. Refreshed now and then
+        (another process may index).
+        """
         now = time.monotonic()
         if self._sections_cache is None or now - self._sections_cache[0] > CORPUS_SIZE_TTL_S:
-            found = sorted({doc.section for doc in self._context.stored_docs().values() if doc.section})
+            found = [(doc.section, doc.audience) for doc in self._context.stored_docs().values() if doc.section]
             self._sections_cache = (now, found)
-        return self._sections_cache[1]
+        return sorted({section for section, audience in self._sections_cache[1] if visible_to(audience, groups)})
 
     def _known_section(self, filter: SearchFilter | None) -> SearchFilter | None:
         """The filter with its section spelled as the index spells it ("it" finds "IT"), or an error."""
         if filter is None or not filter.section:
             return filter
-        known = self.sections()
+        known = self.sections(filter.groups)
         if filter.section in known:
             return filter
         same = [section for section in known if section.casefold() == filter.section.casefold()]
@@ -176,6 +182,7 @@ def passage(score: float, payload: dict[str, Any], snippet_chars: int) -> Passag
         source=str(payload.get("source", "")),
         text=snippet(_body(payload), snippet_chars),
         section=payload.get("section"),
+        audience=tuple(str(group) for group in payload.get("audience") or ()),
     )
 
 

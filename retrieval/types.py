@@ -63,6 +63,7 @@ class Passage:
     source: str
     text: str
     section: str | None = None
+    audience: tuple[str, ...] = ()  # the document's; empty: everyone may read it
 
     def as_dict(self) -> dict[str, object]:
         return {

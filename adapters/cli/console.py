@@ -218,7 +218,7 @@ def _outcome_fields(reply: Reply) -> dict[str, Any]:
     }
     if isinstance(outcome, Answer):
         fields["answer"] = outcome.text
-        fields["citations"] = [c.__dict__ for c in outcome.citations]
+        fields["citations"] = [{"title": c.title, "heading": c.heading, "source": c.source} for c in outcome.citations]
     elif isinstance(outcome, GaveUp):
         fields["answer"] = outcome.text
         fields["case_id"] = outcome.case_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -25,11 +25,20 @@ from retrieval import (
 from retrieval.backends import open_backend
 
 
-def run_index(cfg: RetrievalConfig, paths: Sequence[str | Path], *, out: TextIO | None = None) -> int:
-    """Index files and directories; 1 when any file failed or there was nothing to index."""
+def run_index(
+    cfg: RetrievalConfig,
+    paths: Sequence[str | Path],
+    *,
+    out: TextIO | None = None,
+    known_groups: Collection[str] | None = None,
+) -> int:
+    """Index files and directories; 1 when any file failed or there was nothing to index.
+
+    ``known_groups``: the configured groups, so a file whose audience names another fails (None: any).
+    """
     out = out or sys.stdout
     started = time.perf_counter()
-    loads, nothing = load_for_index(paths)
+    loads, nothing = load_for_index(paths, known_groups=known_groups)
     if nothing:
         _print_failures([f for load in loads for f in load.report.failures])
         _print_notes([note for load in loads for note in load.report.notes])

@@ -146,11 +146,14 @@ def _index(settings: Settings, paths: list[str], *, remove: bool = False) -> int
     """Index (or remove) here, or through `policypal serve` when it holds the embedded index."""
     from adapters.cli.index import run_index, run_remove
     from adapters.server import forward_index
+    from bot.identity import known_groups
 
     cfg = settings.retrieval()
-    forwarded = forward_index(cfg, paths, remove=remove)
+    forwarded = forward_index(cfg, paths, remove=remove)  # the server checks audiences against its own groups
+    if forwarded is None and remove:
+        return run_remove(cfg, paths)
     if forwarded is None:
-        return run_remove(cfg, paths) if remove else run_index(cfg, paths)
+        return run_index(cfg, paths, known_groups=known_groups(settings.user_groups))
     for path, reason in forwarded.failures:
         print(f"failed: {path}: {reason}", file=sys.stderr)
     if forwarded.error:

@@ -61,6 +61,7 @@ def _detail(run: RunRow) -> str:
         f"question: {run.question}",
         f"reason: {run.reason}  steps {run.steps}  tokens {run.input_tokens}+{run.output_tokens}  "
         f"cost ${run.cost_usd:.5f}  {run.latency_ms:.0f} ms",
+        f"built for readers in: {', '.join(run.audience) if run.audience is not None else 'not recorded'}",
         "",
     ]
     for n, step in enumerate(run.trace, 1):

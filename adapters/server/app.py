@@ -33,6 +33,7 @@ from adapters.server.index_socket import serving, socket_path
 from bot.config import Settings
 from bot.config_check import find_problems, report
 from bot.delivery import Sweeper
+from bot.identity import known_groups
 from bot.redaction import Redactor
 from bot.runtime import configure_json_logging
 from bot.service import PolicyPal
@@ -119,6 +120,7 @@ async def _index_socket(app: web.Application) -> AsyncIterator[None]:
     if cfg.qdrant_url or owned is None:
         yield  # a Qdrant server takes writes from any process; a test's searcher indexes nothing
         return
+    groups = known_groups(app[SETTINGS].user_groups)  # this server's groups decide who can read a document
 
     async def index_paths(paths: list[Path], remove: bool) -> dict[str, Any]:
         started = time.perf_counter()
@@ -126,7 +128,7 @@ async def _index_socket(app: web.Application) -> AsyncIterator[None]:
             report, location = await owned.remove_roots(paths)
             failures = [[str(failure.path), failure.reason] for failure in report.failures]
             return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
-        loads, nothing = await asyncio.to_thread(load_for_index, paths)
+        loads, nothing = await asyncio.to_thread(load_for_index, paths, known_groups=groups)
         failures = [[str(f.path), f.reason] for load in loads for f in load.report.failures]
         if nothing:
             return {"error": nothing, "failures": failures}

@@ -19,6 +19,7 @@ another app than the token's are logged as errors.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -39,7 +40,18 @@ from adapters.app_keys import SERVICE
 from adapters.slack.blocks import CANCEL, CONFIRM, HANDOFF, HELPFUL, NOT_HELPFUL
 from adapters.slack.flows import Click, SlackBridge, Where
 from adapters.slack.inbound import BotIdentity, skip_reason, thread_of
-from adapters.slack.intake import KIND, InboxSocketModeHandler, Intake, inbox_key, retry_headers
+from adapters.slack.intake import (
+    KIND,
+    InboxSocketModeHandler,
+    Intake,
+    Malformed,
+    inbox_key,
+    incomplete,
+    malformed,
+    parse_body,
+    retry_headers,
+)
+from adapters.slack.members import ChannelMembers
 from adapters.slack.post import SlackPoster, SlackWriter, slack_error, web_client
 from adapters.slack.sender import SlackSender
 from adapters.slack.tasks import AckFirst
@@ -89,11 +101,18 @@ class SlackRuntime:
     async def work(self, item: InboxRecord) -> None:
         """An inbox item's work: its request routed by bolt to the listeners, which run it here."""
         request = AsyncBoltRequest(mode="socket_mode", body=item.payload["body"], headers=item.payload.get("headers"))
-        response = await self.bolt.async_dispatch(request)
+        failures: list[Exception] = []
+        token = _LISTENER_FAILURES.set(failures)
+        try:
+            response = await self.bolt.async_dispatch(request)
+        finally:
+            _LISTENER_FAILURES.reset(token)
+        if failures:  # the listener's own error, so the inbox can tell Slack being down from a bug
+            raise failures[0]
         if response.status >= 500:  # a listener failed (logged by bolt's error handler): the inbox retries
             raise RuntimeError(f"Slack request {item.id}: bolt answered {response.status}")
 
-    def signed_by_slack(self, body: str, headers: Mapping[str, str]) -> bool:
+    def signed_by_slack(self, body: str | bytes, headers: Mapping[str, str]) -> bool:
         """Slack's v0 signature over the body, within five minutes of now."""
         try:
             return self.verifier is not None and self.verifier.is_valid_request(body, headers)
@@ -121,6 +140,10 @@ class SlackRuntime:
 
 
 SLACK: web.AppKey[SlackRuntime] = web.AppKey("slack", SlackRuntime)
+# What a listener raised while an inbox item was dispatched through bolt (which answers 500 and logs).
+_LISTENER_FAILURES: contextvars.ContextVar[list[Exception] | None] = contextvars.ContextVar(
+    "policypal_slack_listener_failures", default=None
+)
 
 
 # --- configuration ----------------------------------------------------------------------------------
@@ -177,7 +200,8 @@ def add_slack_routes(app: web.Application, settings: Settings) -> None:
     groups = _group_map(settings)
     if credentials.signing_secret:
         app.router.add_post(EVENTS_PATH, slack_events)
-    app.cleanup_ctx.append(_lifecycle(credentials, groups, settings.deadline_s + DRAIN_GRACE_S))
+    members_cap = settings.shared_audience_max_members if settings.shared_audience == "members" else None
+    app.cleanup_ctx.append(_lifecycle(credentials, groups, settings.deadline_s + DRAIN_GRACE_S, members_cap))
     app.on_shutdown.append(_stop_receiving)
     modes = {f"HTTP at {EVENTS_PATH}": credentials.signing_secret, "Socket Mode": credentials.app_token}
     log.info("Slack is on: %s", " and ".join(mode for mode, on in modes.items() if on))
@@ -198,22 +222,38 @@ async def slack_events(request: web.Request) -> web.Response:
 
 
 async def _acknowledge(runtime: SlackRuntime, request: web.Request) -> web.Response:
-    bolt_request = await to_bolt_request(request)
-    if not runtime.signed_by_slack(bolt_request.raw_body, request.headers):
+    """The signature first (over the raw bytes), then the body: a signed body we cannot read gets a 400.
+
+    A well-formed event with nothing to answer (no channel or ts) gets its 200 and a log line, and no
+    run: a 4xx would only make Slack deliver it again, and count against the app's event delivery.
+    """
+    raw = await request.read()
+    if not runtime.signed_by_slack(raw, request.headers):
         log.warning(
             "rejected a request to %s: bad or stale signature. If this repeats, SLACK_SIGNING_SECRET does "
             "not match the Slack app sending the events.",
             EVENTS_PATH,
         )
         return web.Response(status=401, text="invalid request signature")
-    if inbox_key(bolt_request.body) is not None:
+    try:
+        body = parse_body(raw, request.headers.get("Content-Type", "").partition(";")[0].strip() or None)
+        reason = malformed(body)
+    except Malformed as exc:
+        reason = str(exc)
+    if reason is not None:
+        log.warning("refused a signed request to %s with 400: %s", EVENTS_PATH, reason)
+        return web.Response(status=400, text=f"malformed Slack request: {reason}")
+    if (reason := incomplete(body)) is not None:
+        log.warning("Slack request %s is malformed (%s); acknowledged, nothing runs", inbox_key(body), reason)
+        return web.Response(status=200)
+    if inbox_key(body) is not None:
         try:
-            await runtime.intake(bolt_request.body, retry_headers(request.headers))
+            await runtime.intake(body, retry_headers(request.headers))
         except Exception:
             log.exception("a Slack request could not be written down; answering 503 so Slack delivers it again")
             return web.Response(status=503, text="not written down yet; deliver again")
         return web.Response(status=200)
-    return await to_aiohttp_response(await runtime.bolt.async_dispatch(bolt_request))
+    return await to_aiohttp_response(await runtime.bolt.async_dispatch(await to_bolt_request(request)))
 
 
 async def _stop_receiving(app: web.Application) -> None:
@@ -227,10 +267,10 @@ async def _stop_receiving(app: web.Application) -> None:
 
 
 def _lifecycle(
-    credentials: SlackCredentials, groups: GroupMap, drain_s: float
+    credentials: SlackCredentials, groups: GroupMap, drain_s: float, members_cap: int | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def context(app: web.Application) -> AsyncIterator[None]:
-        runtime = await start_slack(app[SERVICE], credentials, groups)
+        runtime = await start_slack(app[SERVICE], credentials, groups, members_cap=members_cap)
         app[SLACK] = runtime
         try:
             yield
@@ -241,9 +281,18 @@ def _lifecycle(
 
 
 async def start_slack(
-    service: PolicyPal, credentials: SlackCredentials, groups: GroupMap, *, connect: bool = True
+    service: PolicyPal,
+    credentials: SlackCredentials,
+    groups: GroupMap,
+    *,
+    connect: bool = True,
+    members_cap: int | None = None,
 ) -> SlackRuntime:
-    """Verify the token, build the bolt app and its listeners, and connect Socket Mode if configured."""
+    """Verify the token, build the bolt app and its listeners, and connect Socket Mode if configured.
+
+    ``members_cap``: answer in channels from what every member may read (channels with up to that
+    many members); None: from public documents.
+    """
     session = aiohttp.ClientSession()
     try:
         client = web_client(credentials.bot_token, session, credentials.api_url)
@@ -251,7 +300,7 @@ async def start_slack(
     except BaseException:
         await session.close()
         raise
-    runtime = _runtime(service, credentials, groups, client, bot, session)
+    runtime = _runtime(service, credentials, groups, client, bot, session, members_cap)
     if connect and runtime.socket_mode is not None:
         try:
             await connect_socket_mode(runtime.socket_mode, client)
@@ -268,9 +317,13 @@ def _runtime(
     client: AsyncWebClient,
     bot: BotIdentity,
     session: aiohttp.ClientSession,
+    members_cap: int | None,
 ) -> SlackRuntime:
-    writer = SlackWriter(client, bot)
-    bridge = SlackBridge(service, SlackPoster(client, bot), writer, UserDirectory(client, groups), bot)
+    writer, users = SlackWriter(client, bot), UserDirectory(client, groups)
+    members = None
+    if members_cap is not None:
+        members = ChannelMembers(client, users, bot_user_id=bot.user_id, max_members=members_cap)
+    bridge = SlackBridge(service, SlackPoster(client, bot), writer, users, bot, members)
     gate = AckFirst()
     bolt = build_bolt_app(credentials, web_client(None, session, credentials.api_url), bot)
     register_listeners(bolt, bridge)
@@ -407,7 +460,13 @@ def register_listeners(bolt: AsyncApp, bridge: SlackBridge) -> None:
 
     async def start(job: Coroutine[Any, Any, None], where: Where, what: str) -> None:
         log.debug("slack %s in %s/%s", what, where.channel, where.thread_ts)
-        await job
+        try:
+            await job
+        except Exception as exc:
+            failures = _LISTENER_FAILURES.get()
+            if failures is not None:
+                failures.append(exc)
+            raise
 
     async def on_message(ack: Any, body: dict[str, Any], event: dict[str, Any], request: Any) -> None:
         await ack()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.slack.mrkdwn import escape, to_mrkdwn
-from bot.cards import CardView, when
+from bot.cards import CardView, ClickedCard, card_id, when
 from bot.types import Answer, Citation, GaveUp, PendingAction
 
 Block = dict[str, Any]
@@ -230,13 +230,33 @@ def _fallback(blocks: Sequence[Block]) -> str:
 
 
 def button_value(pending_id: str, args_hash: str) -> str:
-    """What a card button carries: the pending id and the hash of the frozen arguments, never the arguments."""
-    return f"{pending_id}:{args_hash}"
+    """What a card button carries: the pending id, the hash of the frozen arguments (never the arguments)
+    and the card's id, so a click can be checked against the card it came from."""
+    return f"{pending_id}:{args_hash}:{card_id(pending_id)}"
 
 
 def parse_button_value(value: str) -> tuple[str, str]:
-    pending_id, _, args_hash = value.partition(":")
+    """(pending id, argument hash) of a card button, from this release or an earlier one."""
+    pending_id, args_hash, _card = parse_card_value(value)
     return pending_id, args_hash
+
+
+def parse_card_value(value: str) -> tuple[str, str, str | None]:
+    """(pending id, argument hash, card id); the card id is None on a card an earlier release posted."""
+    pending_id, _, rest = value.partition(":")
+    args_hash, _, card = rest.partition(":")
+    return pending_id, args_hash, card or None
+
+
+def clicked_card(value: str, channel: str, message_ts: str) -> ClickedCard:
+    """The card a click on ``value`` came from: the card id it carries and the message it was in."""
+    return ClickedCard(parse_card_value(value)[2], (channel, message_ts) if message_ts else None, card_location)
+
+
+def card_location(posted: dict[str, Any]) -> tuple[str, str] | None:
+    """(channel, ts) of a posted card, from what the sender stored (``card_posted``)."""
+    channel, ts = posted.get("channel"), posted.get("ts")
+    return (str(channel), str(ts)) if channel and ts else None
 
 
 def card_message(action: PendingAction) -> SlackMessage:

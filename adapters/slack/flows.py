@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from adapters.slack.blocks import card_view_message, mention, notice_message, parse_button_value
+from adapters.slack.blocks import card_view_message, clicked_card, mention, parse_button_value
 from adapters.slack.inbound import BotIdentity, conversation_key, thread_of, to_inbound
+from adapters.slack.members import ChannelMembers
 from adapters.slack.post import SlackPoster, SlackWriter
 from adapters.slack.users import UserDirectory
 from bot.cards import CardView
@@ -79,18 +80,28 @@ class SlackBridge:
     """Runs the service for Slack; one per process, shared by all listeners."""
 
     def __init__(
-        self, service: PolicyPal, poster: SlackPoster, writer: SlackWriter, users: UserDirectory, bot: BotIdentity
+        self,
+        service: PolicyPal,
+        poster: SlackPoster,
+        writer: SlackWriter,
+        users: UserDirectory,
+        bot: BotIdentity,
+        members: ChannelMembers | None = None,
     ) -> None:
         self.service = service
         self.poster = poster
         self.writer = writer
         self.users = users
         self.bot = bot
+        self.members = members  # set with POLICYPAL_SHARED_AUDIENCE=members: channel answers for all members
 
     async def failed(self, where: Where, reference: str) -> None:
-        """Work that failed for good: the person hears it, with a reference to quote (best effort)."""
+        """Work that failed for good: the person hears it, with a reference to quote, through the outbox
+        (so a Slack outage that caused the failure delays the message rather than losing it)."""
         note = f":warning: Something went wrong on my side, so I couldn't finish. Reference `{reference}`."
-        await self.poster.post(where.channel, where.thread_ts, notice_message(note), user=where.user)
+        address = Address("slack", where.channel, where.thread_ts, None, where.user or "", "")
+        key = conversation_key(self.bot.team_id, where.channel, where.thread_ts)
+        await self.service.notice(address, note, conversation_key=key)
 
     # --- a message or mention: one run -------------------------------------------------------------
 
@@ -101,6 +112,8 @@ class SlackBridge:
             self.users.lookup(str(event["user"])), self.poster.permalink(channel, str(event["ts"]))
         )
         inbound = to_inbound(event, body, user, self.bot, link)
+        if inbound.shared and self.members is not None:
+            inbound = replace(inbound, members=await self.members.of(channel))
         address = Address("slack", channel, thread, user=user.id, user_name=user.name)
         if not inbound.text:
             await self.service.notice(address, EMPTY_QUESTION_HINT, conversation_key=inbound.conversation_key)
@@ -115,13 +128,16 @@ class SlackBridge:
     async def decide(self, click: Click, choice: Choice) -> None:
         """A click on a card: decided once by the service; the card changes at once, then for good."""
         pending_id, args_hash = parse_button_value(click.value)
+        card = clicked_card(click.value, click.channel, click.message_ts)  # checked against where it was posted
         actor = await self.users.lookup(click.user_id)
         address = Address("slack", click.channel, click.thread_ts, user=click.user_id, user_name=actor.name)
 
         async def show(view: CardView) -> None:
             await self.writer.update(click.channel, click.message_ts, card_view_message(view))
 
-        await self.service.click(pending_id, actor, choice, args_hash, address=address, who=mention, show=show)
+        await self.service.click(
+            pending_id, actor, choice, args_hash, address=address, who=mention, show=show, card=card
+        )
 
     # --- feedback and handoff ----------------------------------------------------------------------
 

@@ -91,7 +91,20 @@ def to_inbound(
         event_id=str(body.get("event_id") or f"{event['channel']}:{event['ts']}"),
         link=link,
         starts_thread=not event.get("thread_ts"),  # a top-level message opens its thread: no history to read
+        shared=not is_direct_message(event),
+        private_channel=True,  # the person's DM with the app
     )
+
+
+def is_direct_message(event: dict[str, Any]) -> bool:
+    """A DM with the app (assistant threads included): read by the asker alone.
+
+    ``app_mention`` events carry no ``channel_type``; a DM's channel id starts with D.
+    """
+    channel_type = event.get("channel_type")
+    if channel_type:
+        return bool(channel_type == "im")
+    return str(event.get("channel") or "").startswith("D")
 
 
 def conversation_key(team_id: str, channel: str, thread_ts: str) -> str:

@@ -25,6 +25,7 @@ from adapters.slack.post import CHANNEL_ERRORS, SlackWriter
 from bot.cards import CardView
 from bot.delivery import Delivery, Post, post_destination
 from bot.errors import RemoteError
+from bot.replies import PRIVATE_PART
 from bot.store import DeliveryRecord
 from bot.types import Answer, GaveUp, Pending, TerminationReason
 
@@ -70,7 +71,11 @@ class SlackSender:
         return posted[-1] if posted else None
 
     def _direct(self, post: Post) -> SlackMessage:
-        """Why the reply is here and not in the thread, how to fix it, and the case that follows it up."""
+        """Why the reply is here and not in the thread, how to fix it, and the case that follows it up;
+        or the part of a thread's answer that only this person may read."""
+        if post.reason == PRIVATE_PART:
+            intro = f"About your question in <#{post.address.channel}>, from documents not everyone there may read:"
+            return notice_message(f"{intro}\n\n{post.text}")
         error = (post.reason or "").rpartition(": ")[2] or "an error"
         bot = self._writer.bot.name or "PolicyPal"
         fix = f"Invite me there with `/invite @{bot}`, or ask me here." if error in CHANNEL_ERRORS else ""

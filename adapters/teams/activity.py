@@ -107,6 +107,7 @@ def to_inbound(activity: Activity, user: UserRef) -> Inbound:
         event_id=event_id(activity),  # activity ids repeat across conversations
         link=deep_link(activity),
         address=reference_of(activity),  # so the thread can be told things later (crash recovery)
+        shared=conversation_type(activity) != "personal",  # a channel or a group chat: read by its members
     )
 
 

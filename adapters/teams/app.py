@@ -34,6 +34,7 @@ from typing import Any, Literal, TypeVar
 
 import jwt
 from aiohttp import web
+from azure.core.exceptions import DeserializationError  # what msrest raises (it re-exports it)
 from botbuilder.core import CloudAdapterBase, InvokeResponse, TurnContext
 from botbuilder.core.teams import TeamsActivityHandler
 from botbuilder.integration.aiohttp import CloudAdapter, ConfigurationBotFrameworkAuthentication
@@ -157,7 +158,11 @@ class TeamsEndpoint:
             return web.json_response({"error": "a Bot Framework token is required"}, status=401)
         raw = await _json_body(request)
         if raw is None:  # the SDK would answer a missing, unreadable or non-object body with a 500
+            log.warning("teams: refused a request with 400: the body is not a JSON object")
             return web.json_response({"error": "the body must be a JSON activity"}, status=400)
+        if (reason := _unreadable(raw)) is not None:  # the SDK reads it before the token, and answers 500
+            log.warning("teams: refused activity %r with 400: %s", raw.get("id"), reason)
+            return web.json_response({"error": "the body is not a readable activity"}, status=400)
         written = _Written()
         token, intake = _RAW_ACTIVITY.set(raw), _INTAKE.set(written)
         try:
@@ -180,6 +185,7 @@ def options_from(settings: Settings) -> TeamsOptions:
     return TeamsOptions(
         allowed_tenants=parse_tenants(settings.teams_allowed_tenants),
         groups=GroupMap.from_json(settings.user_groups),
+        members_cap=settings.shared_audience_max_members if settings.shared_audience == "members" else None,
     )
 
 
@@ -236,6 +242,15 @@ async def _json_body(request: web.Request) -> Json | None:
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
+
+
+def _unreadable(raw: Json) -> str | None:
+    """Why the SDK cannot read this activity (a part of the wrong type, e.g. ``"from": 5``), or None."""
+    try:
+        Activity().deserialize(raw)
+    except DeserializationError as exc:
+        return str(exc)
+    return None
 
 
 class _Handler(TeamsActivityHandler):
@@ -353,6 +368,17 @@ class BotFrameworkConnector:
 
         member: Json | None = await self._call(reference, {"type": "message"}, lookup)
         return member
+
+    async def members(self, reference: Json) -> list[Json]:
+        """The roster, one try (as ``member``): a caller that cannot read it answers from public documents."""
+
+        async def roster(client: ConnectorClient, outgoing: Activity) -> list[Json]:
+            _without_sdk_retries(client)
+            found = await client.conversations.get_conversation_members(outgoing.conversation.id)
+            return [dict(m.serialize(), **(m.additional_properties or {})) for m in found]
+
+        entries: list[Json] = await self._call(reference, {"type": "message"}, roster)
+        return entries
 
     async def _retried(
         self, what: str, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]

@@ -5,10 +5,11 @@ JSON Teams receives, and moving off botbuilder leaves this module untouched.
 
 Cards are version 1.5, the highest Teams renders on desktop, web and mobile, and the first with
 Universal Actions: every button is an ``Action.Execute`` whose ``verb`` says what it does and whose
-``data`` carries ids only (a pending card carries the pending id and the argument hash, never the
-arguments, so a click can only confirm the call that was stored). A card after a click shows the
-same frozen facts and one sentence for its state, worded by the core (``CardView.status``) and shown
-as TextRuns, so nothing a model, a user or a ticket system wrote is ever read as Markdown.
+``data`` carries ids only (a pending card carries the pending id, the argument hash and the card's id,
+never the arguments, so a click can only confirm the call that was stored, and only from its own card).
+A card after a click shows the same frozen facts and one sentence for its state, worded by the core
+(``CardView.status``) and shown as TextRuns, so nothing a model, a user or a ticket system wrote is
+ever read as Markdown.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bot.cards import CardView, when
+from bot.cards import CardView, card_id, when
 from bot.types import Answer, Citation, GaveUp, Outcome, Pending, PendingAction, TerminationReason
 
 Json = dict[str, Any]
@@ -189,7 +190,7 @@ _RUNS = re.compile("(\x02[^\x02\x03]*\x03)")
 
 def pending_card(action: PendingAction, requester_name: str = "") -> Json:
     """The open card: the model's text, the exact frozen arguments, and Confirm / Cancel."""
-    data = {"pending_id": action.id, "args_hash": action.args_hash}
+    data = {"pending_id": action.id, "args_hash": action.args_hash, "card_id": card_id(action.id)}
     body = _pending_body(action.text, action.arguments)
     who = requester_name or action.requester
     body.append(text_block(f"Only {who} can confirm · expires {when(action.expires_at)}", isSubtle=True, size="Small"))

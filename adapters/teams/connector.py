@@ -26,6 +26,10 @@ class Connector(Protocol):
         """The roster entry (email, userPrincipalName, userRole) of a conversation member."""
         ...
 
+    async def members(self, reference: Json) -> list[Json]:
+        """The whole roster of the reference's conversation (a team's members, for a channel)."""
+        ...
+
 
 def http_status(exc: BaseException) -> int | None:
     """The HTTP status behind a connector exception (msrest keeps the response), if there is one."""

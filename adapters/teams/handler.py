@@ -60,7 +60,7 @@ from adapters.teams.activity import (
 from adapters.teams.connector import Connector, Json
 from adapters.teams.dedupe import handled_by_older_release, inbox_id
 from adapters.teams.sender import TeamsSender
-from bot.cards import CardView
+from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
 from bot.errors import RemoteError
 from bot.identity import GroupMap
@@ -91,6 +91,8 @@ class TeamsOptions:
     typing_every_s: float = 3.0  # a typing indicator lasts a few seconds
     profile_ttl_s: float = 600.0
     answer_ttl_s: float = 600.0  # how long a click's answer is kept for a redelivered invoke
+    members_cap: int | None = None  # answer in channels and group chats for every member (up to this many)
+    members_ttl_s: float = 300.0
     drain_s: float = 10.0
 
 
@@ -219,6 +221,7 @@ class TeamsBot:
         self.options = options or TeamsOptions()
         self._tasks = BackgroundTasks("Teams")
         self._profiles: ExpiringCache[tuple[str, str], Json] = ExpiringCache(self.options.profile_ttl_s)
+        self._rosters: ExpiringCache[tuple[str, str], tuple[UserRef, ...]] = ExpiringCache(self.options.members_ttl_s)
         self._names: ExpiringCache[str, str] = ExpiringCache(self.options.profile_ttl_s)  # AAD id -> name
         self._answers = _Answers(self.options.answer_ttl_s)
         self._results = _Results(self.options.answer_ttl_s)
@@ -317,6 +320,8 @@ class TeamsBot:
         try:
             user = await self._user(activity, reference)
             inbound = to_inbound(activity, user)
+            if inbound.shared and self.options.members_cap is not None:
+                inbound = replace(inbound, members=await self._place_members(activity, reference))
             if not inbound.text:
                 await self._notice(activity, user, cards.EMPTY_TEXT)
                 return
@@ -353,7 +358,8 @@ class TeamsBot:
                 await posted.show(content, working=working)
 
             decided = await self.service.click(
-                pending_id, user, choice, args_hash, address=address_of(activity, user), who=who, show=show
+                pending_id, user, choice, args_hash, address=address_of(activity, user), who=who, show=show,
+                card=_clicked(activity, data or {}),
             )
         except Exception:
             if answer is not None and answer.waiting:  # nothing shown yet: the card stays, the work is retried
@@ -419,6 +425,8 @@ class TeamsBot:
         if decided.notice is None:
             return cards.invoke_card(cards.card_view(view, who)) if view else cards.invoke_message(cards.WORKING_TEXT)
         notice = click_notice(decided.decision, who, choice)  # in the words the card uses for people
+        if decided.decision.status == "wrong_card":  # the clicked card is another action's: it stays as it is
+            return cards.invoke_message(notice)
         if view is None:
             return cards.invoke_card(cards.notice_card(notice))
         if notice == view.status(who):  # an expired card says so itself
@@ -490,6 +498,28 @@ class TeamsBot:
             return replace(user, is_guest=True)
         return user
 
+    async def _place_members(self, activity: Activity, reference: Json) -> tuple[UserRef, ...] | None:
+        """Everyone who reads this channel or group chat, with groups; None (public documents) when the
+        roster cannot be read whole or is longer than the cap. Cached a while per conversation."""
+        conversation = dict(reference.get("conversation") or {})
+        conversation["id"] = str(conversation.get("id", "")).partition(THREAD_MARKER)[0]
+        key = (tenant_of(activity), conversation["id"])
+        return await self._rosters.get_or_load(key, lambda: self._roster({**reference, "conversation": conversation},
+                                                                         activity))
+
+    async def _roster(self, reference: Json, activity: Activity) -> tuple[UserRef, ...] | None:
+        bot_id = str((activity.get("recipient") or {}).get("id") or "")
+        try:
+            entries = [e for e in await self.connector.members(reference) if str(e.get("id")) != bot_id]
+        except Exception as exc:
+            log.warning("teams: the roster could not be read (%s); answering there from public documents", exc)
+            return None
+        cap = self.options.members_cap or 0
+        if not entries or len(entries) > cap:
+            log.info("teams: %d members (cap %d): answering there from public documents", len(entries), cap)
+            return None
+        return tuple(user_of({"from": entry}, self.options.groups, entry) for entry in entries)
+
     async def _member(self, reference: Json, user_id: str) -> Json | None:
         conversation = dict(reference.get("conversation") or {})
         conversation["id"] = str(conversation.get("id", "")).partition(THREAD_MARKER)[0]
@@ -505,6 +535,27 @@ class TeamsBot:
         """Let items being worked on, then this adapter's own tasks, finish (up to ``drain_s``): for shutdown."""
         await self.service.inbox.drain(self.options.drain_s)
         await self._tasks.drain(self.options.drain_s)
+
+
+def _clicked(activity: Activity, data: Json) -> ClickedCard:
+    """The card a Confirm / Cancel invoke came from: the card id its data carries, the message it is in.
+
+    Compared as (channel, activity id): activity ids repeat across conversations, and the thread
+    marker may be written differently by the invoke and the stored reference.
+    """
+    card = data.get("card_id")
+    message = activity.get("replyToId")
+    channel = str((activity.get("conversation") or {}).get("id") or "").partition(THREAD_MARKER)[0]
+    return ClickedCard(str(card) if card is not None else None, (channel, str(message)) if message else None,
+                       _card_location)
+
+
+def _card_location(posted: Json) -> tuple[str, str] | None:
+    """(channel, activity id) of a posted card, from what the sender stored (its reference and activity id)."""
+    reference, activity_id = posted.get("reference"), posted.get("activity_id")
+    conversation = reference.get("conversation") if isinstance(reference, dict) else None
+    channel = str(conversation.get("id") or "") if isinstance(conversation, dict) else ""
+    return (channel.partition(THREAD_MARKER)[0], str(activity_id)) if channel and activity_id else None
 
 
 def _action_of(activity: Activity) -> tuple[str, Json | None]:

@@ -117,7 +117,7 @@ async def _loop(
     deps: AgentDeps, state: RunState, trace: RunTrace, cancel: asyncio.Event | None, decided: DecidedWrite | None
 ) -> RunResult:
     budget = Budget(deps.budgets, deps.price, state.spent)
-    tools = deps.tools.schemas()
+    tools = deps.tools.schemas(state.reading_groups)
     meter, tool_tokens = HistoryMeter(), estimate_tokens([], tools)
     while True:
         if cancel is not None and cancel.is_set():

@@ -7,6 +7,7 @@ from typing import Any
 
 from bot.agent.budget import Spent
 from bot.errors import StateVersionError
+from bot.identity import EVERYONE
 from bot.types import Citation, Message, UserRef
 
 STATE_VERSION = 1
@@ -33,6 +34,12 @@ class RunState:
     repeat_turns: int = 0
     sources: dict[str, Citation] = field(default_factory=dict)  # cite -> where it came from
     pending_turn: PendingTurn | None = None
+    audience: tuple[str, ...] | None = None  # the groups whose documents the reply may use; None: the user's
+
+    @property
+    def reading_groups(self) -> tuple[str, ...]:
+        """The groups searches run with: the reply's audience, which in a shared place is not the asker's."""
+        return self.audience if self.audience is not None else self.user.groups
 
     @property
     def question(self) -> str:
@@ -52,6 +59,7 @@ class RunState:
             "repeat_turns": self.repeat_turns,
             "sources": {cite: asdict(c) for cite, c in self.sources.items()},
             "pending_turn": asdict(self.pending_turn) if self.pending_turn else None,
+            "audience": list(self.reading_groups),
         }
 
     @classmethod
@@ -75,8 +83,9 @@ class RunState:
             seen_calls=set(data["seen_calls"]),
             searches=data["searches"],
             repeat_turns=data["repeat_turns"],
-            sources={cite: Citation(**c) for cite, c in data["sources"].items()},
+            sources={cite: Citation.from_json(c) for cite, c in data["sources"].items()},
             pending_turn=PendingTurn(**pending) if pending else None,
+            audience=tuple(data.get("audience") or (EVERYONE,)),  # saved before audiences: public only
         )
 
     def resume_with(self, call_id: str, content: str) -> None:

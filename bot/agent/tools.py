@@ -32,6 +32,11 @@ class ToolContext:
     run_id: str
     conversation_key: str
     idempotency_key: str | None = None  # the pending action id for a confirmed write
+    groups: tuple[str, ...] | None = None  # whose documents a search may return; None: the user's
+
+    @property
+    def reading_groups(self) -> tuple[str, ...]:
+        return self.groups if self.groups is not None else self.user.groups
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[dict[str, Any]]]
@@ -46,11 +51,18 @@ class Tool:
     handler: Handler
     allowed_groups: frozenset[str] | None = None  # None: every user
     guests_allowed: bool | None = None  # None: reads yes, writes no
+    parameters_for: Callable[[tuple[str, ...]], dict[str, Any]] | None = None  # as offered to these readers
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self, groups: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The schema offered to the model; with ``groups``, described for those readers only.
+
+        The parameters validated stay ``parameters``: only their descriptions may name what some
+        readers must not see (the search tool's section names).
+        """
+        parameters = self.parameters_for(groups) if self.parameters_for and groups is not None else self.parameters
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
         }
 
     def permits(self, user: UserRef) -> bool:
@@ -77,8 +89,13 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def schemas(self) -> list[dict[str, Any]]:
-        return [tool.schema() for tool in self._tools.values()]
+    def schemas(self, groups: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        """Every tool's schema, described for readers with ``groups`` (None: as registered)."""
+        return [tool.schema(groups) for tool in self._tools.values()]
+
+    def reading_only(self) -> ToolRegistry:
+        """The tools without side effects: for a reply that must not propose anything."""
+        return ToolRegistry(tool for tool in self._tools.values() if tool.consequence == Consequence.READ)
 
     def get(self, name: str) -> Tool:
         tool = self._tools.get(name)

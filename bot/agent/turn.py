@@ -80,7 +80,9 @@ async def run_turn(
         else:
             turn.results[call.id] = _cap(outcome, limits.result_chars)
             step.error = outcome
-    context = ToolContext(user=state.user, run_id=state.run_id, conversation_key=state.conversation_key)
+    context = ToolContext(
+        user=state.user, run_id=state.run_id, conversation_key=state.conversation_key, groups=state.reading_groups
+    )
     runs = [_execute(r, step, context, state, limits.result_chars) for r, step in zip(ready, steps, strict=True)]
     contents = await _all_within(runs, steps, ready, timeout_s)
     for item, content in zip(ready, contents, strict=True):
@@ -178,7 +180,8 @@ def _collect_sources(result: dict[str, Any], state: RunState) -> None:
         cite = item.get("cite") if isinstance(item, dict) else None
         if cite:
             title, _, heading = cite.partition(" › ")
-            state.sources[cite] = Citation(title=title, heading=heading, source=str(item.get("source", "")))
+            readers = tuple(str(group) for group in item.get("audience") or ())
+            state.sources[cite] = Citation(title, heading, str(item.get("source", "")), readers)
 
 
 def _error(message: str) -> str:

@@ -11,7 +11,10 @@ stalled while another took its item over writes nothing when it wakes, and says 
 
 If the process dies, or the work fails (the database went away mid-run), the item stays unanswered.
 The sweeper hands it (``recover``) to a live process with the next epoch, which does the work again;
-after ``max_attempts`` the item fails and its handler tells the person (``on_failure``).
+after ``max_attempts`` the item fails and its handler tells the person (``on_failure``). A failure
+that is the platform's for now (a retryable ``RemoteError``: users.info answering internal_error
+during a Slack incident) does not count: it is retried at every sweep for ``retry_window`` after the
+item arrived, so an outage of minutes delays answers instead of turning them into apologies.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from bot.errors import RemoteError
 from bot.runtime import THIS_PROCESS, BackgroundTasks
 from bot.store import InboxRecord, NewItem, Store, utcnow
 
@@ -36,6 +40,7 @@ Admit = Callable[[Coroutine[Any, Any, Any]], Coroutine[Any, Any, Any]]
 MAX_ATTEMPTS = 3
 RECENT_IDS = 10_000  # ids written here, remembered so their redeliveries are answered without a query
 KEEP = timedelta(days=1)  # platforms stop redelivering within minutes; a day covers a long outage
+RETRY_WINDOW = timedelta(minutes=15)  # a platform refusing for now: retried this long, then the person is told
 
 
 @dataclass
@@ -75,6 +80,7 @@ class Inbox:
     owner: str = str(THIS_PROCESS)
     max_attempts: int = MAX_ATTEMPTS
     keep: timedelta = KEEP
+    retry_window: timedelta = RETRY_WINDOW
     _kinds: dict[str, _Kind] = field(default_factory=dict)
     _working: set[str] = field(default_factory=set)
     _waiting: list[tuple[NewItem, asyncio.Future[bool]]] = field(default_factory=list)
@@ -173,11 +179,20 @@ class Inbox:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # left unanswered: the sweeper hands it out again, up to max_attempts
-            log.exception("inbox: %s (attempt %d) failed; it will be retried", record.id, record.attempts)
-            if record.attempts >= self.max_attempts:
-                await self._give_up(record, kind, f"{type(exc).__name__}: {exc}")
+            waiting = self._platform_refusing(exc, record)
+            if waiting:
+                log.warning("inbox: %s (attempt %d) waits for the platform (%s); retried at the next sweep",
+                            record.id, record.attempts, exc)
+            else:
+                log.exception("inbox: %s (attempt %d) failed; it will be retried", record.id, record.attempts)
+            if record.attempts >= self.max_attempts and not waiting:
+                await self._give_up(record, kind, f"{type(exc).__name__}: {exc}", lease)
         finally:
             _CURRENT.reset(token)
+
+    def _platform_refusing(self, exc: Exception, record: InboxRecord) -> bool:
+        """A failure the platform will stop causing (rate limit, 5xx, unreachable), within the retry window."""
+        return isinstance(exc, RemoteError) and exc.retryable and utcnow() - record.received_at < self.retry_window
 
     async def recover(self, dead: Collection[str], now: datetime | None = None) -> list[str]:
         """Take over unanswered items of dead processes (and our own that failed), and work on them.
@@ -212,12 +227,14 @@ class Inbox:
         """Let items being worked on finish (shutdown); what is cut short is retried by whoever is left."""
         await self._tasks.drain(timeout_s)
 
-    async def _give_up(self, record: InboxRecord, kind: _Kind, error: str) -> None:
+    async def _give_up(self, record: InboxRecord, kind: _Kind, error: str, lease: Lease) -> None:
         log.error("inbox: %s failed %d times; giving up: %s", record.id, record.attempts, error)
         try:
-            await self.store.inbox.finish(record.id, record.epoch, error=error[:1000])
+            lease.answered = await self.store.inbox.finish(record.id, record.epoch, error=error[:1000])
         except Exception:
             log.exception("inbox: could not mark %s failed", record.id)
+        if not lease.answered:
+            return  # another process holds it now (or the store is down): the telling is theirs
         if kind.on_failure is not None:
             try:
                 await kind.on_failure(record, error)

@@ -80,7 +80,7 @@ def outcome_from_json(data: dict[str, Any]) -> Outcome:
     from datetime import datetime
 
     if data["type"] == "answer":
-        return Answer(data["text"], tuple(Citation(**c) for c in data.get("citations", [])))
+        return Answer(data["text"], tuple(Citation.from_json(c) for c in data.get("citations", [])))
     if data["type"] == "pending":
         action = {**data["action"], "expires_at": datetime.fromisoformat(data["action"]["expires_at"])}
         return Pending(data["text"], PendingAction(**action))

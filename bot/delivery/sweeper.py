@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from bot.identity import EVERYONE
 from bot.runtime import THIS_PROCESS, ProcessId, log_context
 from bot.store import RunRow, utcnow
 from bot.types import TerminationReason, UserRef
@@ -191,7 +192,7 @@ class Sweeper:
             )
             text = case.user_reply()
             exchange = [{"role": "user", "content": run.question}, {"role": "assistant", "content": text}]
-            await store.threads.append_history(run.conversation_key, exchange)
+            await store.threads.append_history(run.conversation_key, exchange, audience=[EVERYONE])  # public text
             await self.service.tell(run.conversation_key, text, run_id=run.id, case_id=case.case_id)
             await store.runs.abandon(run.id, self._owner, TerminationReason.CANCELLED.value)
         return True

@@ -21,7 +21,7 @@ from typing import Any
 
 from bot.agent import Budgets
 from bot.helpdesk.case import DEFAULT_REPLY_WITHIN, TRANSCRIPT_VERSION, HandoffCase
-from bot.redaction import Redactor, bounded
+from bot.redaction import Redactor, bounded, bounded_trace, bounded_value
 from bot.store import PendingRecord, Place, RunRow, Store
 from bot.types import UserRef
 
@@ -133,7 +133,7 @@ class Helpdesk:
             "output_tokens": run.output_tokens,
             "cost_usd": run.cost_usd,
             "latency_ms": round(run.latency_ms, 1),
-            "trace": [self._step(step) for step in run.trace],
+            "trace": [self._step(step) for step in bounded_trace(run.trace)],  # the giving-up run is not stored yet
         }
 
     def _step(self, step: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +147,7 @@ class Helpdesk:
         return {
             "id": action.id,
             "tool": action.tool,
-            "arguments": action.arguments,
+            "arguments": bounded_value(action.arguments, self._limits.argument_chars),
             "state": action.state,
             "requester": action.requester,
             "decider": action.decider,

@@ -43,6 +43,7 @@ class RunRow:
     owner: str
     inbox_id: str | None = None  # the inbox item this run answers (None: the terminal)
     exchange: list[dict[str, Any]] | None = None  # what the thread's history keeps of it
+    audience: list[str] | None = None  # the groups its answer was built for (None: before audiences)
 
 
 @dataclass(frozen=True)

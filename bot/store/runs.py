@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import delete, exists, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from bot.redaction import bounded_trace
 from bot.store.columns import utcnow
 from bot.store.engine import Repository
 from bot.store.records import (
@@ -63,8 +64,12 @@ class Runs(Repository):
     ) -> bool:
         """Store a finished run in one INSERT; with ``fence`` (inbox item, epoch) only if that epoch still
         holds the item and no run answers it yet. False: another process took the item over, or answered it.
+
+        The trace arrives redacted (``bot.service``) and is bounded here, after redaction, for every writer.
         """
         values = {"status": "finished", "finished_at": utcnow(), "owner": "", **row}
+        if values.get("trace"):
+            values["trace"] = bounded_trace(values["trace"])
         if fence is None:
             async with self._begin(conn) as tx:
                 await tx.execute(insert(Run).values(values))
@@ -108,7 +113,7 @@ class Runs(Repository):
                 output_tokens=output_tokens,
                 cost_usd=cost_usd,
                 latency_ms=latency_ms,
-                trace=trace,
+                trace=bounded_trace(trace),
             )
         )
         async with self._engine.begin() as conn:

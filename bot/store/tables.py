@@ -67,6 +67,7 @@ class HistoryEntry(Base):
     conversation_key: Mapped[str] = mapped_column(String(512))
     messages: Mapped[list[Message]] = mapped_column(_json())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    audience: Mapped[list[str] | None] = mapped_column(_json())  # the groups it was built for (None: unknown)
 
 
 class Run(Base):
@@ -96,6 +97,8 @@ class Run(Base):
     inbox_id: Mapped[str | None] = mapped_column(String(255), unique=True)
     # The question and the answer the thread's history keeps of this run (None: nothing, e.g. a card).
     exchange: Mapped[list[Message] | None] = mapped_column(_json())
+    # The groups the answer was built for: a later run reads the exchange only if its readers may.
+    audience: Mapped[list[str] | None] = mapped_column(_json())
 
 
 class TicketRow(Base):

@@ -19,6 +19,7 @@ from retrieval.backends.base import (
     Rankings,
     StoredDoc,
     point_id,
+    visible_to,
 )
 from retrieval.backends.opener import open_backend
 
@@ -38,6 +39,7 @@ __all__ = [
     "StoredDoc",
     "open_backend",
     "point_id",
+    "visible_to",
 ]
 
 _ENGINES = {"EdgeBackend": "retrieval.backends.edge", "QdrantBackend": "retrieval.backends.qdrant"}

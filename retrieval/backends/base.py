@@ -23,7 +23,7 @@ SCROLL_PAGE = 2_000
 # uuid5 namespace for point ids: the same document chunk always gets the same id.
 POINT_NAMESPACE = uuid.UUID("5b2f3c1e-8d0a-4f61-9a57-0c6a1f3e2b84")
 KEYWORD_FIELDS = ("doc_id", "root", "section", "audience")
-STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count", "file", "section"]
+STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count", "file", "section", "audience"]
 RANKING_FIELDS = ["doc_id", "heading"]  # what a ranking carries; the passages shown are fetched whole
 
 
@@ -67,6 +67,7 @@ class StoredDoc:
     file: str = ""  # the real path it was loaded from ("" in indexes written before it was stored)
     section: str | None = None
     mixed: bool = False  # its points come from more than one version of it
+    audience: tuple[str, ...] = ()  # empty: everyone may read it
 
     @property
     def complete(self) -> bool:
@@ -140,6 +141,7 @@ def collect_stored_docs(payloads: Sequence[dict[str, Any]], into: dict[str, Stor
                 chunk_count=int(payload.get("chunk_count", -1)),
                 file=str(payload.get("file", "")),
                 section=payload.get("section") or None,
+                audience=tuple(str(group) for group in payload.get("audience") or ()),
             )
         elif _version(payload) != (stored.content_hash, stored.chunking, stored.chunk_count):
             stored.mixed = True  # a replacement cut short: as many points as before, some still old
@@ -148,6 +150,11 @@ def collect_stored_docs(payloads: Sequence[dict[str, Any]], into: dict[str, Stor
 
 def _version(payload: dict[str, Any]) -> tuple[str, str, int]:
     return str(payload.get("content_hash", "")), str(payload.get("chunking", "")), int(payload.get("chunk_count", -1))
+
+
+def visible_to(audience: Sequence[str], groups: Sequence[str] | None) -> bool:
+    """Whether readers with these groups may read a document with this audience (None: no filter)."""
+    return groups is None or not audience or bool(set(audience) & set(audience_values(groups)))
 
 
 def audience_values(groups: Sequence[str]) -> list[str]:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,14 +64,19 @@ class _Parsed:
     note: str | None = None
 
 
-def load_documents(paths: Sequence[Path]) -> LoadReport:
-    """Load files and directories (recursively, sorted, hidden entries skipped) into one report."""
+def load_documents(paths: Sequence[Path], *, known_groups: Collection[str] | None = None) -> LoadReport:
+    """Load files and directories (recursively, sorted, hidden entries skipped) into one report.
+
+    ``known_groups``: the configured group names an audience may use ("all", the public tag, always may);
+    a file naming any other fails, since nobody in that group could read it. None: any name (no groups).
+    """
     report = LoadReport()
     bodies: dict[str, str] = {}  # body key -> doc_id of the first document with that body
     owners: dict[str, Path] = {}  # doc_id -> path that holds it
+    known = frozenset({*known_groups, "all"}) if known_groups is not None else None
     for given in paths:
         for candidate in _candidates(Path(given), report):
-            _load_one(candidate, report, bodies, owners)
+            _load_one(candidate, report, bodies, owners, known)
     return report
 
 
@@ -110,9 +115,16 @@ def _wanted(name: str) -> bool:
     return not name.startswith(".") and Path(name).suffix.lower() in _FORMATS
 
 
-def _load_one(candidate: _Candidate, report: LoadReport, bodies: dict[str, str], owners: dict[str, Path]) -> None:
+def _load_one(
+    candidate: _Candidate,
+    report: LoadReport,
+    bodies: dict[str, str],
+    owners: dict[str, Path],
+    known_groups: frozenset[str] | None,
+) -> None:
     try:
         parsed = _parse(candidate.path)
+        _require_known_groups(parsed.meta.audience, known_groups)
         document = _document(candidate, parsed)
     except NoBodyText as exc:
         report.notes.append((candidate.path, str(exc)))
@@ -223,7 +235,7 @@ def _meta(raw: dict[object, object]) -> _Meta:
         title=_text_field(data, "title"),
         url=_text_field(data, "url"),
         section=_text_field(data, "section"),
-        audience=_audience(data.get("audience")),
+        audience=_audience(data),
         doc_id=_text_field(data, "id"),
     )
 
@@ -259,15 +271,43 @@ def _text_field(data: dict[object, object], key: str) -> str | None:
     return str(value).strip() or None
 
 
-def _audience(value: object) -> tuple[str, ...]:
-    """A list or a comma-separated string of group names."""
-    if value is None:
+def _audience(data: dict[object, object]) -> tuple[str, ...]:
+    """A list or a comma-separated string of group names; no `audience` key: everyone may read it.
+
+    A key that names no group (``audience: []``, ``audience: ""``, ``audience:``) fails the file: read as
+    "no restriction" it would publish to everyone a document its author meant to restrict.
+    """
+    if "audience" not in data:
         return ()
+    value = data["audience"]
     if isinstance(value, str):
         value = value.split(",")
-    if not isinstance(value, list | tuple) or not all(isinstance(item, str | int) for item in value):
+    if value is not None and (
+        not isinstance(value, list | tuple) or not all(isinstance(item, str | int) for item in value)
+    ):
         raise ExtractError("front matter `audience` must be a list or a comma-separated string")
-    return tuple(dict.fromkeys(str(item).strip() for item in value if str(item).strip()))
+    groups = tuple(dict.fromkeys(str(item).strip() for item in value or () if str(item).strip()))
+    if not groups:
+        raise ExtractError(
+            "front matter `audience` names no group: list the groups that may read the document "
+            "(`all` for everyone), or remove the key"
+        )
+    return groups
+
+
+def _require_known_groups(audience: tuple[str, ...], known_groups: frozenset[str] | None) -> None:
+    """Each audience value is a configured group: a misspelt one (``hrr``) would hide the document from its group."""
+    if known_groups is None:
+        return
+    unknown = [group for group in audience if group not in known_groups]
+    if not unknown:
+        return
+    named = ", ".join(f"`{group}`" for group in unknown)
+    what = "is not a known group" if len(unknown) == 1 else "are not known groups"
+    raise ExtractError(
+        f"front matter audience {named} {what} (known: {', '.join(sorted(known_groups))}): "
+        "fix it, or nobody in that group can see the document"
+    )
 
 
 def _document(candidate: _Candidate, parsed: _Parsed) -> Document:

@@ -53,7 +53,7 @@ async def test_an_index_without_sections_offers_no_section_filter(tmp_path, fake
         async def asearch(self, query: str, k: int = 5, filter: object = None) -> list[object]:
             return []
 
-        def sections(self) -> list[str]:
+        def sections(self, groups: object = None) -> list[str]:
             return []
 
     fake_openai.script(text("It is not in the policy."))

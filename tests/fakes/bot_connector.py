@@ -121,6 +121,7 @@ class FakeBotConnector(LoopbackServer):
         app.router.add_post("/v3/conversations/{conversation}/activities/{activity}", self._reply)
         app.router.add_put("/v3/conversations/{conversation}/activities/{activity}", self._update)
         app.router.add_get("/v3/conversations/{conversation}/members/{member}", self._member)
+        app.router.add_get("/v3/conversations/{conversation}/members", self._members)
         self._changed = asyncio.Condition()
         return await self._listen(app)
 
@@ -254,6 +255,14 @@ class FakeBotConnector(LoopbackServer):
         if member not in self.roster:
             return web.json_response({"error": {"code": "MemberNotFoundInConversation", "message": member}}, status=404)
         return web.json_response(self.roster[member])
+
+    async def _members(self, request: web.Request) -> web.Response:
+        """The whole roster (every conversation has the same one here), as GetConversationMembers answers."""
+        conversation = unquote(request.match_info["conversation"])
+        self.member_lookups.append((conversation, "*"))
+        if self.failing and self.outage is not None and self.outage.roster:
+            return await self._refuse("member", conversation, "", self.outage.status, self.outage.retry_after)
+        return web.json_response(list(self.roster.values()))
 
     async def _record(self, request: web.Request, kind: str, activity_id: str | None) -> web.Response:
         if self.fail_status is not None:

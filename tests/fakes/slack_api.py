@@ -10,7 +10,7 @@ The app under test uses the real ``slack_sdk`` client, pointed here by ``SLACK_A
         posted = await slack.wait_for("chat.postMessage", 2)       # calls arrive after the ack
 
 Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update,
-chat.postEphemeral, chat.getPermalink, assistant.threads.setStatus / setSuggestedPrompts and
+chat.postEphemeral, chat.getPermalink, conversations.members, assistant.threads.setStatus / setSuggestedPrompts and
 apps.connections.open (with the app-level token), the way
 Slack does (``{"ok": false, "error": ...}`` with HTTP 200 for API errors, 429 for rate limits). A wrong
 token gets ``invalid_auth``; an unknown method gets ``unknown_method`` and is recorded in ``problems``.
@@ -127,6 +127,7 @@ class FakeSlackAPI(LoopbackServer):
         self.calls: list[SlackCall] = []
         self.problems: list[str] = []
         self.users: dict[str, FakeUser] = {}
+        self.members: dict[str, list[str]] = {}  # channel -> member ids, for conversations.members
         self._errors: dict[str, deque[ScriptedError]] = defaultdict(deque)
         self._outages: dict[str, tuple[float, int, str]] = {}  # method -> (until, status, error)
         self._delays: dict[str, float] = {}
@@ -336,6 +337,16 @@ class FakeSlackAPI(LoopbackServer):
         message = {"ts": ts, "text": params.get("text", ""), "metadata": params.get("metadata")}
         self.threads[(channel, str(params.get("thread_ts") or ts))].append(message)
         return {"channel": channel, "ts": ts, "message": {"ts": ts, "text": params.get("text", "")}}
+
+    def _conversations_members(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A channel's member ids, ``limit`` per page with Slack's cursor (the offset, here)."""
+        ids = self.members.get(str(params.get("channel")))
+        if ids is None:
+            return {"ok": False, "error": "channel_not_found"}
+        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
+        more = start + limit < len(ids)
+        return {"members": ids[start : start + limit],
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
     def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
         """A thread's messages as posted, with their metadata when ``include_all_metadata`` is set."""

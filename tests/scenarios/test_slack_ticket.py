@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 
 from adapters.slack.blocks import CANCEL, CONFIRM
+from bot.cards import card_id
 from bot.store import utcnow
 from tests.adapters.slack.test_app import ALICE, BOB, SlackRig, running_slack
 from tests.bot.helpers import eventually
@@ -86,7 +87,7 @@ async def test_a_proposed_ticket_is_a_card_in_the_thread_with_the_exact_fields(s
         "Urgency: high",
     ]
     (record,) = await slack.service.store.pending.find("open")
-    assert button(card, CONFIRM) == button(card, CANCEL) == f"{record.id}:{record.args_hash}"
+    assert button(card, CONFIRM) == button(card, CANCEL) == f"{record.id}:{record.args_hash}:{card_id(record.id)}"
     assert record.platform_message == {"platform": "slack", "channel": "C0GENERAL", "ts": "1700000001.000100",
                                        "thread_ts": event["ts"]}  # fmt: skip
     assert "Only <@U_ALICE> can confirm this" in context_text(card)

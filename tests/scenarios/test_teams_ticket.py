@@ -16,6 +16,7 @@ from adapters.teams import cards
 from adapters.teams.cards import CARD_CONTENT_TYPE, MESSAGE_CONTENT_TYPE
 from adapters.teams.dedupe import inbox_id
 from adapters.teams.handler import CLICK
+from bot.cards import card_id
 from bot.store import PendingRecord, utcnow
 from tests.adapters.teams.test_app import TICKET, Teams, refuse_inbox_writes, running_teams
 from tests.bot.helpers import eventually
@@ -101,7 +102,8 @@ async def test_the_ticket_card_shows_the_exact_call_and_its_buttons_carry_only_i
         "Action.Execute",
         "cancel",
     )
-    assert confirm["data"] == cancel["data"] == {"pending_id": pending.id, "args_hash": pending.args_hash}
+    bound = {"pending_id": pending.id, "args_hash": pending.args_hash, "card_id": card_id(pending.id)}
+    assert confirm["data"] == cancel["data"] == bound
     assert pending.platform_message["activity_id"] == posted.id
     assert pending.platform_message["reference"]["conversation"]["id"] == posted.conversation_id
 

@@ -131,6 +131,7 @@ def test_the_readme_main_job_runs_offline_on_a_fresh_data_directory(tmp_path):
     assert json.loads(traces.stdout)[0]["id"] == data["run_id"]
     shown = subprocess.run([*cli, "traces", data["run_id"]], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert "search_policies" in shown.stdout and "reason: answered" in shown.stdout
+    assert "built for readers in: all\n" in shown.stdout  # the terminal's user: no groups but everyone's
 
 
 

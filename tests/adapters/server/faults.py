@@ -644,7 +644,8 @@ def slack_outage(
                 threads += asked
                 try:
                     wait_until(
-                        lambda ts=(*asked, before["ts"]): all(_failed_in(slack, t) for t in ts),
+                        lambda card=before["ts"], asking=everyone: _failed_in(slack, card)
+                        and all(_refused_during(slack, e) for e in asking),
                         60,
                         "every reply failing once",
                     )
@@ -701,6 +702,16 @@ def _failed_in(slack: FakeSlackAPI, thread: str) -> bool:
     return any(c.get("thread_ts") == thread and not c.answer.get("ok") for c in slack.calls_to("chat.postMessage"))
 
 
+def _lookup_refused(slack: FakeSlackAPI, user: str) -> bool:
+    """Whether users.info was refused for ``user`` (with users.info down, no run starts: nothing is posted)."""
+    return any(c.get("user") == user and not c.answer.get("ok") for c in slack.calls_to("users.info"))
+
+
+def _refused_during(slack: FakeSlackAPI, event: dict[str, Any]) -> bool:
+    """The question's work met the outage: its reply was refused, or looking its asker up was."""
+    return _failed_in(slack, event["ts"]) or _lookup_refused(slack, event["user"])
+
+
 def _check_outage_round(
     fig: Figures,
     tag: str,
@@ -728,9 +739,11 @@ def _check_outage_round(
         len(updates) == 1 and "IT-" in said(updates[0]),
         f"{tag}: the decided card: {len(updates)} updates delivered: {[_line(u) for u in updates]}",
     )
+    askers = {e["ts"]: e["user"] for events in during.values() for e in events}
     for thread in per_thread:  # tried during the outage, delivered after it, then never again
         tried = [c for c in slack.calls_to("chat.postMessage") if c.get("thread_ts") == thread]
-        fig.expect(tried and not tried[0].answer.get("ok"), f"{tag}: thread {thread}: its first post did not fail")
+        met = (tried and not tried[0].answer.get("ok")) or _lookup_refused(slack, askers.get(thread, ""))
+        fig.expect(met, f"{tag}: thread {thread}: its work never met the outage")
         fig.expect(tried and tried[-1].answer.get("ok"), f"{tag}: thread {thread}: a post after the delivered one")
 
 

@@ -104,7 +104,7 @@ class SlackRig:
 
 
 async def running_slack(
-    tmp_path: Path, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, **overrides: Any
+    tmp_path: Path, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, searcher: Any = None, **overrides: Any
 ) -> AsyncIterator[SlackRig]:
     """Fake Slack, service and app started; everything closed afterwards, the fake checked for problems."""
     async with FakeSlackAPI() as slack:
@@ -118,7 +118,7 @@ async def running_slack(
             **overrides,
         }
         settings = settings_for(tmp_path, model, **values)
-        service = await open_service(settings, searcher=OnePassage(PASSAGE))
+        service = await open_service(settings, searcher=searcher or OnePassage(PASSAGE))
         app = build_app(settings, service)
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()

@@ -32,6 +32,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "chat.getPermalink": set(),
     # Before posting again after a crash: is the reply already in the thread? (any kind of conversation)
     "conversations.replies": {"channels:history", "groups:history", "im:history", "mpim:history"},
+    # POLICYPAL_SHARED_AUDIENCE=members: who can read a channel or group DM (DMs are the asker's alone)
+    "conversations.members": {"channels:read", "groups:read", "mpim:read"},
     "assistant.threads.setStatus": {"assistant:write"},
     "assistant.threads.setSuggestedPrompts": {"assistant:write"},
     "apps.connections.open": set(),  # Socket Mode, with the app-level token (connections:write), not the bot's

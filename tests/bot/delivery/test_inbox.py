@@ -4,11 +4,13 @@ an item taken over from a dead process can only be concluded by its new holder."
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from bot.delivery import Inbox, Lease, current_lease
+from bot.errors import RemoteError
 from bot.store import InboxRecord, Store, utcnow
 from bot.types import Inbound, TerminationReason
 from tests.bot.helpers import ALICE, OnePassage, RecordingSender, answer_messages, deliver, eventually, service
@@ -92,6 +94,36 @@ async def test_failed_work_is_retried_up_to_max_attempts_then_the_person_is_told
     stored = await store.inbox.get("slack:Ev1")
     assert stored is not None and (stored.state, stored.attempts) == ("failed", 3)
     assert "went away" in (stored.last_error or "")
+
+
+class PlatformDown(Handler):
+    """Fails as a Slack Web API incident does: a retryable ``RemoteError`` (users.info: internal_error)."""
+
+    async def __call__(self, record: InboxRecord) -> None:
+        await super().__call__(record)
+        raise RemoteError("Slack users.info: internal_error", kind="unavailable")
+
+
+async def test_while_the_platform_refuses_an_item_keeps_being_retried_then_the_person_is_told(store: Store) -> None:
+    handler, told = PlatformDown(), []
+
+    async def on_failure(record: InboxRecord, error: str) -> None:
+        told.append(record.attempts)
+
+    box = Inbox(store, owner="me", max_attempts=3, retry_window=timedelta(seconds=60))
+    box.register(KIND, handler, on_failure=on_failure)
+    await box.accept("slack:Ev1", "slack", KIND, {})
+    await box.drain(5)
+    for _ in range(5):  # past max_attempts: an outage is not a bug, the item waits for Slack
+        await box.recover(set())
+        await box.drain(5)
+    assert len(handler.seen) == 6 and told == []
+    box.retry_window = timedelta(0)  # the window is over: the next failure is the last
+    await box.recover(set())
+    await box.drain(5)
+    assert told == [7]
+    stored = await store.inbox.get("slack:Ev1")
+    assert stored is not None and stored.state == "failed"
 
 
 async def test_an_item_being_worked_on_here_is_not_taken_again(store: Store) -> None:

@@ -141,6 +141,43 @@ def test_a_common_misspelling_or_an_exact_repeat_of_audience_fails_the_file(tmp_
     assert "sets `audience` twice" in reasons["again.md"]
 
 
+def test_an_audience_naming_no_group_fails_the_file_instead_of_publishing_it(tmp_path: Path) -> None:
+    # `audience: []` read as "no restriction" made a document meant for a few readable by everyone.
+    write(tmp_path / "list.md", "---\naudience: []\n---\nSalary bands.\n")
+    write(tmp_path / "string.md", '---\naudience: ""\n---\nSalary bands.\n')
+    write(tmp_path / "blank.md", "---\naudience:\n---\nSalary bands.\n")
+    write(tmp_path / "commas.md", "---\naudience: ' , '\n---\nSalary bands.\n")
+    write(tmp_path / "public.md", "---\ntitle: Leave\n---\nLeave rules.\n")
+    report = load_documents([tmp_path])
+    assert [(doc.doc_id, doc.audience) for doc in report.documents] == [("public.md", ())]
+    reasons = failure_reasons(report)
+    assert set(reasons) == {"list.md", "string.md", "blank.md", "commas.md"}
+    assert all("`audience` names no group" in reason for reason in reasons.values())
+
+
+def test_an_audience_that_is_not_a_configured_group_fails_that_file_by_name(tmp_path: Path) -> None:
+    # A misspelt group ("hrr") hid the document from HR and showed it to nobody, silently.
+    write(tmp_path / "typo.md", "---\naudience: [hrr]\n---\nSalary bands.\n")
+    write(tmp_path / "mixed.md", "---\naudience: hr, Managers\n---\nReorg plan.\n")
+    write(tmp_path / "hr.md", "---\naudience: [hr]\n---\nPay review dates.\n")
+    write(tmp_path / "everyone.md", "---\naudience: [all]\n---\nLeave rules.\n")
+    report = load_documents([tmp_path], known_groups=["hr", "managers"])
+    assert {doc.doc_id: doc.audience for doc in report.documents} == {"everyone.md": ("all",), "hr.md": ("hr",)}
+    reasons = failure_reasons(report)
+    assert reasons["typo.md"] == (
+        "front matter audience `hrr` is not a known group (known: all, hr, managers): "
+        "fix it, or nobody in that group can see the document"
+    )
+    assert "audience `Managers` is not a known group" in reasons["mixed.md"]
+
+
+def test_any_audience_is_accepted_when_no_groups_are_configured(tmp_path: Path) -> None:
+    doc = load_one(write(tmp_path / "typo.md", "---\naudience: [hrr]\n---\nSalary bands.\n"))
+    assert doc.audience == ("hrr",)
+    report = load_documents([tmp_path], known_groups=None)
+    assert [doc.audience for doc in report.documents] == [("hrr",)] and report.failures == []
+
+
 def test_malformed_front_matter_is_reported_and_the_rest_load(tmp_path: Path) -> None:
     write(tmp_path / "bad.md", "---\ntitle: [unclosed\n---\nBody.\n")
     write(tmp_path / "list.md", "---\n- just\n- a list\n---\nBody.\n")

@@ -1,0 +1,89 @@
+"""Slack end to end: a channel answer uses what the channel may read; the asker's private part goes to their DM.
+
+Retrieval's own filtering is tested on a real index (tests/bot/test_audiences.py); here the searcher
+returns the HR passage only to searches whose groups include ``hr``, so what is checked is which
+groups each run searched with and where each reply was posted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.replies import PRIVATE_PART
+from bot.service import PRIVATE_PART_SENT
+from retrieval import Passage
+from tests.adapters.slack.test_app import running_slack, search
+from tests.fakes.openai_server import FakeOpenAI, text
+from tests.fakes.slack_api import event_envelope, mention_event
+
+HANA, HUGO, BOB = "U_HANA", "U_HUGO", "U_BOB"
+GROUPS = json.dumps({"hana@example.com": ["hr"], "hugo@example.com": ["hr"]})
+PUBLIC = Passage(0.9, "leave", "Leave Policy", "Team changes", "/policies/leave.md",
+                 "Team changes are announced on the intranet.", audience=("all",))
+HR_ONLY = Passage(0.8, "reorg", "Reorg Plan", "Team changes", "/policies/reorg.md",
+                  "Finance and facilities merge into one Operations team.", audience=("hr",))
+
+
+class AudienceSearcher:
+    """The HR passage for searches that may read ``hr``; the groups of every search, in order."""
+
+    def __init__(self) -> None:
+        self.searched_with: list[tuple[str, ...]] = []
+
+    async def asearch(self, query: str, k: int = 5, filter: Any = None) -> list[Passage]:
+        groups = tuple(filter.groups or ()) if filter is not None else ()
+        self.searched_with.append(groups)
+        return [PUBLIC, HR_ONLY] if "hr" in groups else [PUBLIC]
+
+
+async def rig(tmp_path: Path, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, searcher: AudienceSearcher,
+              **settings: Any) -> Any:
+    started = running_slack(tmp_path, model, monkeypatch, searcher, user_groups=GROUPS, **settings)
+    slack = await anext(started)
+    for user_id, name in ((HANA, "hana"), (HUGO, "hugo"), (BOB, "bob")):
+        slack.slack.add_user(user_id, name, f"{name}@example.com")
+    return started, slack
+
+
+async def test_an_hr_mention_in_a_channel_answers_publicly_there_and_privately_in_her_dm(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    fake_openai.script(
+        search(), text("Announced on the intranet [Leave Policy › Team changes]."),
+        search(), text("They merge into one Operations team [Reorg Plan › Team changes]."),
+    )
+    started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher)
+    try:
+        event = mention_event(HANA, "<@UBOT> what team changes are planned?")
+        await slack.send(event_envelope(event))
+        thread_reply, direct = await slack.replies(2)
+    finally:
+        await anext(started, None)
+    assert searcher.searched_with == [("all",), ("all", "hr")]  # the channel's run, then hers
+    assert thread_reply["channel"] == "C0GENERAL" and thread_reply["thread_ts"] == event["ts"]
+    assert PRIVATE_PART_SENT in thread_reply.block_text and "Operations" not in thread_reply.block_text
+    assert direct["channel"] == HANA and "Operations team" in direct.block_text  # her DM with the app
+    assert "<#C0GENERAL>" in direct.block_text and PRIVATE_PART not in direct.block_text
+
+
+async def test_with_members_audience_a_channel_of_hr_people_gets_the_hr_answer_in_the_thread(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    fake_openai.script(search(), text("They merge into one Operations team [Reorg Plan › Team changes]."))
+    started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
+    slack.slack.members = {"C_HR": [HANA, HUGO, slack.slack.bot_user_id], "C0GENERAL": [HANA, BOB]}
+    try:
+        event = mention_event(HANA, "<@UBOT> what team changes are planned?", channel="C_HR")
+        await slack.send(event_envelope(event))
+        (reply,) = await slack.replies(1)
+    finally:
+        await anext(started, None)
+    assert searcher.searched_with == [("all", "hr")]  # everyone there may read HR documents: one run
+    assert reply["channel"] == "C_HR" and "Operations team" in reply.block_text
+    assert PRIVATE_PART_SENT not in reply.block_text

@@ -1,0 +1,221 @@
+"""Who can see what: a reply where several people read it is built from what all of them may read.
+
+A real index of two documents (one public, one for HR only, in its own section), the real service
+and loop, a scripted model on loopback; what the model is sent is what is checked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.identity import EVERYONE
+from bot.service import PRIVATE_PART_ASK, PRIVATE_PART_SENT
+from bot.types import Answer, Inbound, UserRef
+from retrieval import Embedder, PolicyIndex, RetrievalConfig
+from tests.bot.helpers import RecordingSender, service
+from tests.fakes.openai_server import text, tool_calls
+
+HR_USER = UserRef("U_HR", "Hana", groups=(EVERYONE, "hr"))
+OUTSIDER = UserRef("U_BOB", "Bob", groups=(EVERYONE,))
+SECRET_SECTION = "Confidential Reorg Plan"
+REORG_CITE = "Reorg Plan 2027 › Team changes"
+LEAVE_CITE = "Leave Policy › Team changes and leave"
+RESTRICTED_FACT = "Operations team"
+
+REORG = f"""---
+title: Reorg Plan 2027
+section: {SECRET_SECTION}
+audience: [hr]
+---
+# Reorg Plan 2027
+
+## Team changes
+
+The finance and facilities teams merge into one {RESTRICTED_FACT} on 1 March 2027; twelve team roles change.
+"""
+LEAVE = """---
+title: Leave Policy
+section: People
+audience: [all]
+---
+# Leave Policy
+
+## Team changes and leave
+
+Team changes are announced by HR on the intranet. Annual leave already booked stays booked when teams change.
+"""
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyIndex]:
+    root = tmp_path_factory.mktemp("audiences")
+    docs = root / "policies"
+    docs.mkdir()
+    (docs / "reorg.md").write_text(REORG)
+    (docs / "leave.md").write_text(LEAVE)
+    cfg = RetrievalConfig(qdrant_path=root / "qdrant", model_cache_dir=root / "models")
+    embedder = Embedder(cfg.embedding_model, cfg.model_cache_dir, batch_size=16).load()
+    built = PolicyIndex.open(cfg, create=True, embedder=embedder)
+    report = built.index_paths([docs])
+    assert report.ok and built.count() > 0, report
+    yield built
+    built.close()
+
+
+def slack(user: UserRef, text: str, *, channel: str, thread: str, event: str, shared: bool) -> Inbound:
+    return Inbound("slack", channel, thread, user, text, event_id=event, tenant="T1", shared=shared,
+                   private_channel=True)
+
+
+def search(query: str = "planned team changes") -> Any:
+    return tool_calls(("search_policies", {"query": query}))
+
+
+def section_description(request: Any) -> str:
+    (tool,) = [t for t in request.tools if t["function"]["name"] == "search_policies"]
+    return json.dumps(tool["function"]["parameters"])
+
+
+def sent_to_model(request: Any) -> str:
+    return json.dumps(request.messages)
+
+
+async def test_in_a_dm_the_asker_gets_what_their_groups_may_read(tmp_path: Path, fake_openai: Any, index) -> None:
+    fake_openai.script(search(), text(f"The teams merge [{REORG_CITE}]."))
+    async with service(tmp_path, fake_openai, index) as svc:
+        reply = await svc.handle_message(slack(HR_USER, "what team changes are planned?", channel="D1",
+                                               thread="1.0", event="E1", shared=False))
+    assert reply is not None and isinstance(reply.outcome, Answer)
+    assert SECRET_SECTION in section_description(fake_openai.requests[0])
+    assert RESTRICTED_FACT in sent_to_model(fake_openai.requests[1])
+    assert PRIVATE_PART_SENT not in reply.outcome.text
+
+
+async def test_the_same_question_in_a_channel_thread_answers_publicly_and_sends_the_restricted_part_privately(
+    tmp_path: Path, fake_openai: Any, index
+) -> None:
+    fake_openai.script(
+        search(), text(f"Team changes are announced on the intranet [{LEAVE_CITE}]."),  # the thread's answer
+        search(), text(f"Finance and facilities merge into one {RESTRICTED_FACT} [{REORG_CITE}]."),  # the asker's
+    )
+    async with service(tmp_path, fake_openai, index) as svc:
+        sender = RecordingSender()
+        svc.outbox.register(sender)
+        question = slack(HR_USER, "what team changes are planned?", channel="C1", thread="1.0", event="E1",
+                         shared=True)
+        reply = await svc.handle_message(question)
+        await svc.outbox.drain(5)
+        runs = await svc.store.runs.recent(10)
+    public_call, public_results, private_call, private_results = fake_openai.requests
+    assert SECRET_SECTION not in section_description(public_call)
+    assert RESTRICTED_FACT not in sent_to_model(public_results)  # the thread's run never saw the HR document
+    assert SECRET_SECTION in section_description(private_call)
+    assert RESTRICTED_FACT in sent_to_model(private_results)
+    assert reply is not None and isinstance(reply.outcome, Answer)
+    assert reply.outcome.text.endswith(PRIVATE_PART_SENT) and RESTRICTED_FACT not in reply.outcome.text
+    kinds = {post.kind: post for post in sender.posts}
+    assert set(kinds) == {"reply", "direct"}
+    assert RESTRICTED_FACT in (kinds["direct"].text or "") and kinds["direct"].address.user == "U_HR"
+    assert RESTRICTED_FACT not in json.dumps(kinds["reply"].outcome)
+    assert sorted(tuple(r.audience or ()) for r in runs) == [(EVERYONE,), (EVERYONE, "hr")]  # recorded per reply
+
+
+async def test_an_outsider_in_the_thread_never_gets_the_private_part_back_through_history(
+    tmp_path: Path, fake_openai: Any, index
+) -> None:
+    fake_openai.script(
+        search(), text(f"Announced on the intranet [{LEAVE_CITE}]."),
+        search(), text(f"They merge into one {RESTRICTED_FACT} [{REORG_CITE}]."),
+        text("As said above, they are announced on the intranet."),  # Bob's follow-up in the same thread
+    )
+    async with service(tmp_path, fake_openai, index) as svc:
+        await svc.handle_message(slack(HR_USER, "what team changes are planned?", channel="C1", thread="1.0",
+                                       event="E1", shared=True))
+        await svc.handle_message(slack(OUTSIDER, "and what did the bot say?", channel="C1", thread="1.0",
+                                       event="E2", shared=True))
+    follow_up = fake_openai.requests[-1]
+    assert "Announced on the intranet" in sent_to_model(follow_up)
+    assert RESTRICTED_FACT not in sent_to_model(follow_up)
+
+
+async def test_where_nothing_restricted_answers_the_thread_reply_is_all_there_is(
+    tmp_path: Path, fake_openai: Any, index
+) -> None:
+    fake_openai.script(
+        search("annual leave"), text(f"Booked leave stays booked [{LEAVE_CITE}]."),
+        search("annual leave"), text(f"Booked leave stays booked [{LEAVE_CITE}]."),  # the asker's run: public too
+    )
+    async with service(tmp_path, fake_openai, index) as svc:
+        sender = RecordingSender()
+        svc.outbox.register(sender)
+        reply = await svc.handle_message(slack(HR_USER, "does booked leave stay booked?", channel="C1",
+                                               thread="1.0", event="E1", shared=True))
+        await svc.outbox.drain(5)
+    assert reply is not None and isinstance(reply.outcome, Answer)
+    assert PRIVATE_PART_SENT not in reply.outcome.text
+    assert [post.kind for post in sender.posts] == ["reply"]
+
+
+async def test_without_a_private_channel_the_asker_is_told_where_to_ask(
+    tmp_path: Path, fake_openai: Any, index
+) -> None:
+    fake_openai.script(
+        search(), text(f"Announced on the intranet [{LEAVE_CITE}]."),
+        search(), text(f"They merge into one {RESTRICTED_FACT} [{REORG_CITE}]."),
+    )
+    question = Inbound("teams", "19:abc@thread.tacv2", "1700", HR_USER, "what team changes are planned?",
+                       event_id="E1", tenant="T1", shared=True)
+    async with service(tmp_path, fake_openai, index) as svc:
+        reply = await svc.handle_message(question)
+    assert reply is not None and isinstance(reply.outcome, Answer)
+    assert reply.outcome.text.endswith(PRIVATE_PART_ASK) and RESTRICTED_FACT not in reply.outcome.text
+
+
+async def test_an_outsider_is_never_offered_or_told_a_restricted_section_name(
+    tmp_path: Path, fake_openai: Any, index
+) -> None:
+    fake_openai.script(
+        tool_calls(("search_policies", {"query": "team changes", "section": "Reorg"})),
+        text("Announced on the intranet."),
+    )
+    async with service(tmp_path, fake_openai, index) as svc:
+        await svc.handle_message(slack(OUTSIDER, "team changes in the reorg section?", channel="D2", thread="1.0",
+                                       event="E1", shared=False))
+    first, second = fake_openai.requests
+    assert "People" in section_description(first) and SECRET_SECTION not in section_description(first)
+    assert SECRET_SECTION not in sent_to_model(second)  # nor in the "no such section" note
+    assert RESTRICTED_FACT not in sent_to_model(second)
+
+
+async def test_history_is_redacted_before_it_is_stored_and_sent_again(tmp_path: Path, fake_openai: Any, index) -> None:
+    fake_openai.script(text("Please never share your password; I can't reset it."), text("Use the reset page."))
+    async with service(tmp_path, fake_openai, index) as svc:
+        first = slack(OUTSIDER, "my password is hunter2 and it stopped working", channel="D2", thread="1.0",
+                      event="E1", shared=False)
+        await svc.handle_message(first)
+        await svc.handle_message(slack(OUTSIDER, "so what now?", channel="D2", thread="1.0", event="E2", shared=False))
+        stored = await svc.store.threads.load_history(first.conversation_key)
+    assert "hunter2" not in json.dumps(stored)
+    assert "hunter2" not in sent_to_model(fake_openai.requests[-1])
+
+
+async def test_history_from_before_audiences_stays_out_of_shared_places(
+    tmp_path: Path, fake_openai: Any, index
+) -> None:
+    fake_openai.script(text("Hello."), text("Hello again."))
+    async with service(tmp_path, fake_openai, index) as svc:
+        channel = slack(OUTSIDER, "hi", channel="C1", thread="1.0", event="E1", shared=True)
+        dm = slack(OUTSIDER, "hi", channel="D2", thread="1.0", event="E2", shared=False)
+        old = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "an answer built for HR"}]
+        for inbound in (channel, dm):
+            await svc.store.threads.append_history(inbound.conversation_key, old)  # no audience recorded
+        await svc.handle_message(channel)
+        await svc.handle_message(dm)
+    in_channel, in_dm = fake_openai.requests
+    assert "built for HR" not in sent_to_model(in_channel)
+    assert "built for HR" in sent_to_model(in_dm)
