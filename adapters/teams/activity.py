@@ -108,6 +108,7 @@ def to_inbound(activity: Activity, user: UserRef) -> Inbound:
         link=deep_link(activity),
         address=reference_of(activity),  # so the thread can be told things later (crash recovery)
         shared=conversation_type(activity) != "personal",  # a channel or a group chat: read by its members
+        private_channel=True,  # the person's personal chat with the bot, opened when needed (sender.py)
     )
 
 
@@ -135,6 +136,26 @@ def reference_of(activity: Activity) -> dict[str, Any]:
         "serviceUrl": activity.get("serviceUrl"),
         "locale": activity.get("locale"),
     }
+
+
+def personal_reference(reference: dict[str, Any], user_id: str, conversation_id: str,
+                       service_url: str | None = None) -> dict[str, Any]:
+    """A reference to the bot's personal chat with ``user_id``, made from one of a shared place (same bot,
+    tenant and service), for a chat the connector just created or found."""
+    tenant = tenant_of_reference(reference)
+    conversation = {"id": conversation_id, "conversationType": "personal", **({"tenantId": tenant} if tenant else {})}
+    return {
+        "user": {"id": user_id},
+        "bot": reference.get("bot"),
+        "conversation": conversation,
+        "channelId": reference.get("channelId", "msteams"),
+        "serviceUrl": service_url or reference.get("serviceUrl"),
+        "locale": reference.get("locale"),
+    }
+
+
+def tenant_of_reference(reference: dict[str, Any]) -> str:
+    return str((reference.get("conversation") or {}).get("tenantId") or "")
 
 
 def clicked_card(activity: Activity) -> tuple[dict[str, Any], str | None]:

@@ -38,13 +38,19 @@ from azure.core.exceptions import DeserializationError  # what msrest raises (it
 from botbuilder.core import CloudAdapterBase, InvokeResponse, TurnContext
 from botbuilder.core.teams import TeamsActivityHandler
 from botbuilder.integration.aiohttp import CloudAdapter, ConfigurationBotFrameworkAuthentication
-from botbuilder.schema import Activity, AdaptiveCardInvokeResponse, ChannelAccount, ConversationReference
+from botbuilder.schema import (
+    Activity,
+    AdaptiveCardInvokeResponse,
+    ChannelAccount,
+    ConversationParameters,
+    ConversationReference,
+)
 from botframework.connector.aio import ConnectorClient
 from msrest.serialization import Model
 from urllib3 import Retry
 
 from adapters.app_keys import SERVICE
-from adapters.teams.activity import parse_tenants
+from adapters.teams.activity import parse_tenants, personal_reference, tenant_of_reference
 from adapters.teams.connector import http_status
 from adapters.teams.handler import TeamsBot, TeamsOptions
 from bot.config import Settings
@@ -330,7 +336,8 @@ def _activity_json(turn_context: TurnContext) -> Json:
 
 @dataclass
 class BotFrameworkConnector:
-    """Outbound calls (post, update, member lookup) to a stored reference's conversation, as proactive turns."""
+    """Outbound calls (post, update, member lookup, opening a personal chat) through a stored reference's
+    service and bot identity, as proactive turns."""
 
     adapter: CloudAdapter
     app_id: str | None
@@ -379,6 +386,26 @@ class BotFrameworkConnector:
 
         entries: list[Json] = await self._call(reference, {"type": "message"}, roster)
         return entries
+
+    async def personal(self, reference: Json, user_id: str) -> Json:
+        """Create the personal chat with ``user_id`` (Teams answers with the existing one if there is one),
+        retrying throttling and overload; a 403 (not installed for them) is for the caller to handle."""
+        tenant = tenant_of_reference(reference)
+
+        async def create(client: ConnectorClient, outgoing: Activity) -> Json:
+            parameters = ConversationParameters(
+                is_group=False,
+                bot=outgoing.from_property,  # the reference's bot, as apply_conversation_reference set it
+                members=[ChannelAccount(id=user_id)],
+                tenant_id=tenant or None,
+                channel_data={"tenant": {"id": tenant}} if tenant else None,
+            )
+            created = await client.conversations.create_conversation(parameters)
+            return personal_reference(reference, user_id, str(created.id), created.service_url)
+
+        chat: Json = await self._retried(f"opening a personal chat with {user_id}", reference, {"type": "message"},
+                                         create)
+        return chat
 
     async def _retried(
         self, what: str, reference: Json, activity: Json, work: Callable[[ConnectorClient, Activity], Awaitable[Any]]

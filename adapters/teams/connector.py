@@ -1,7 +1,7 @@
 """The outbound half of the Bot Framework protocol as the rest of the adapter sees it: no SDK in here.
 
 ``adapters/teams/app.py`` implements it over botbuilder (``BotFrameworkConnector``); tests may pass
-anything with these three coroutines.
+anything with these coroutines.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ class Connector(Protocol):
 
     async def members(self, reference: Json) -> list[Json]:
         """The whole roster of the reference's conversation (a team's members, for a channel)."""
+        ...
+
+    async def personal(self, reference: Json, user_id: str) -> Json:
+        """The reference of the bot's personal (1:1) chat with ``user_id`` (a Teams id, ``29:...``), created
+        if need be, in the reference's tenant and service; refused (403) when the bot is not installed for them."""
         ...
 
 

@@ -11,8 +11,13 @@ becomes:
 * ``notice``: a message in the thread; a recovered run's give-up carries its run id and case.
 * ``card``: the card as it stands (``CardView``), replacing the posted one (``target``).
 * ``private``: nothing. Teams has no ephemeral message; the click's invoke answer already showed it.
-* ``direct``: refused (``RemoteError`` "validation"): Teams cannot start a personal chat without a
-  personal conversation reference, which the bot does not keep. The service just logs it.
+* ``direct``: a message in the person's personal chat with the bot, opened through the connector
+  (``Connector.personal``: Teams' create-conversation, which finds the chat if it exists) and kept in
+  memory per (tenant, person). The person is ``address.user`` (an AAD object id); the chat is opened
+  with their Teams id (``29:...``), the reference's sender when that is them, else from the roster.
+  When Teams refuses to open it for good (403: the app is not installed for them personally) the
+  private part of a thread's answer is not lost silently: a notice in the thread tells them to add
+  the app and ask there. Any other direct post so refused is given up by the outbox (and logged).
 
 Failures are ``RemoteError``s the outbox can act on (adapters/teams/connector.py): throttling and
 overload, already retried by the connector, are retried again later; a refusal that cannot change
@@ -30,11 +35,12 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.teams import cards
-from adapters.teams.activity import thread_of_reference
+from adapters.teams.activity import THREAD_MARKER, conversation_type, tenant_of_reference, thread_of_reference
 from adapters.teams.connector import Connector, Json, remote_error
 from bot.cards import CardView
 from bot.delivery import Delivery, Post, post_destination
 from bot.errors import RemoteError
+from bot.replies import PRIVATE_PART
 from bot.store import DeliveryRecord
 from bot.types import Pending
 
@@ -44,7 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-NO_DIRECT = "Teams cannot message a person outside the conversation: the bot keeps no personal chat reference"
+PERSONAL_CHATS_KEPT = 10_000  # personal chat references kept in memory; Teams finds an evicted one again
+NOT_INSTALLED = ("{name}I couldn't send you the rest of the answer privately: {bot} isn't added to your personal "
+                 "chats. Open a chat with {bot} (Apps, then {bot}, then Add) and ask me there to see it.")
 
 
 class TeamsSender:
@@ -55,6 +63,7 @@ class TeamsSender:
     def __init__(self, connector: Connector, service: PolicyPal) -> None:
         self._connector = connector
         self._service = service
+        self._chats: dict[tuple[str, str], Json] = {}  # (tenant, Teams user id) -> personal chat reference
 
     def label(self, row: DeliveryRecord) -> str:
         return f"teams post {row.id}"
@@ -64,7 +73,7 @@ class TeamsSender:
         if post.kind == "private":
             return None  # shown to the clicker alone by the invoke answer; Teams has no ephemeral message
         if post.kind == "direct":
-            raise RemoteError(NO_DIRECT, kind="validation")
+            return await self._direct(row, post)
         if post.kind == "card":
             return await self._card(row, post)
         if delivery.uncertain and not delivery.progress:
@@ -91,6 +100,70 @@ class TeamsSender:
         return cards.reply_activity(
             post.reply_outcome(), post.run_id or "", from_a_run=post.from_a_run, requester_name=_requester_name(post)
         )
+
+    async def _direct(self, row: DeliveryRecord, post: Post) -> str | None:
+        """To the person's personal chat; a private part Teams will not let us send there is owned up to instead."""
+        place = await self._shared_reference(row, post)
+        try:
+            key, chat, cached = await self._personal_chat(place, post.address.user, row)
+        except RemoteError as exc:
+            if exc.retryable or post.reason != PRIVATE_PART:
+                raise
+            log.warning("teams post %s: no personal chat with %s (%s); telling them in the thread",
+                        row.id, post.address.user, exc)
+            return await self._not_sent_privately(row, post, place)
+        activity = cards.notice_activity(_direct_text(post, place), case_id=post.case_id)
+        try:
+            return await _remote(self._connector.send(chat, activity), f"post {row.id} to a personal chat") or None
+        except RemoteError as exc:
+            if exc.retryable or not cached:
+                raise
+            # The chat we kept was refused (the app was removed, then maybe added again): the next
+            # attempt opens it anew, and learns whether it can be reached at all.
+            self._chats.pop(key, None)
+            raise RemoteError(f"{exc} (a kept personal chat; opened anew on the next attempt)", kind="unavailable",
+                              status=exc.status) from exc
+
+    async def _personal_chat(self, place: Json, user: str, row: DeliveryRecord) -> tuple[tuple[str, str], Json, bool]:
+        """(cache key, the chat's reference, whether it was kept from before) for the person ``user``."""
+        teams_id = await self._teams_id(place, user, row)
+        key = (tenant_of_reference(place), teams_id)
+        if (chat := self._chats.get(key)) is not None:
+            return key, chat, True
+        chat = await _remote(self._connector.personal(place, teams_id), f"opening a personal chat for post {row.id}")
+        if len(self._chats) >= PERSONAL_CHATS_KEPT:
+            self._chats.pop(next(iter(self._chats)))
+        self._chats[key] = chat
+        return key, chat, False
+
+    async def _teams_id(self, place: Json, user: str, row: DeliveryRecord) -> str:
+        """The person's Teams id (``29:...``), which opening a chat needs: ``address.user`` is their AAD object id."""
+        if not user:
+            raise RemoteError(f"post {row.id} names nobody to send it to", kind="validation")
+        sender = place.get("user") or {}
+        if user in (sender.get("aadObjectId"), sender.get("id")) and sender.get("id"):
+            return str(sender["id"])
+        conversation = dict(place.get("conversation") or {})
+        conversation["id"] = str(conversation.get("id", "")).partition(THREAD_MARKER)[0]
+        # Someone else's message: the roster lookup takes an AAD object id as well as a Teams id.
+        member = await _remote(self._connector.member({**place, "conversation": conversation}, user),
+                               f"looking up the recipient of post {row.id}")
+        if not member or not member.get("id"):
+            raise RemoteError(f"post {row.id}: no Teams user {user!r} in the conversation", kind="validation")
+        return str(member["id"])
+
+    async def _not_sent_privately(self, row: DeliveryRecord, post: Post, place: Json) -> str | None:
+        name = f"{post.address.user_name}: " if post.address.user_name else ""
+        bot = str((place.get("bot") or {}).get("name") or "PolicyPal")
+        activity = cards.notice_activity(NOT_INSTALLED.format(name=name, bot=bot))
+        reference = await self._reference(row, post)
+        return await _remote(self._connector.send(reference, activity), f"post {row.id}") or None
+
+    async def _shared_reference(self, row: DeliveryRecord, post: Post) -> Json:
+        """A reference of the place the post is about: its bot, tenant and service open the personal chat."""
+        if post.address.reference:
+            return post.address.reference
+        return await self._reference(row, post)
 
     async def _card(self, row: DeliveryRecord, post: Post) -> str:
         target = post.target
@@ -121,6 +194,14 @@ class TeamsSender:
         if reference:
             return reference
         raise RemoteError(f"no conversation reference to post {row.id} to", kind="validation")
+
+
+def _direct_text(post: Post, place: Json) -> str:
+    """The private part of a thread's answer, introduced; or why a reply is here and not in the thread."""
+    where = "the channel" if conversation_type({"conversation": place.get("conversation")}) == "channel" else "the chat"
+    if post.reason == PRIVATE_PART:
+        return f"About your question in {where}, from documents not everyone there may read:\n\n{post.text}"
+    return f"I couldn't post my reply in {where}. {post.text}".strip()
 
 
 def _requester_name(post: Post) -> str:

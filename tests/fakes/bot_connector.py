@@ -8,7 +8,9 @@ here), so tests see exactly what Teams would receive::
         reply = await channel.wait_for(lambda a: a.type == "message")
 
 It records ``POST /v3/conversations/{id}/activities`` (a new post), ``POST .../activities/{replyToId}``
-(a reply), ``PUT .../activities/{activityId}`` (an update) and typing activities. The connector
+(a reply), ``PUT .../activities/{activityId}`` (an update) and typing activities; ``POST /v3/conversations``
+(a personal chat opened, in ``created``) answers ``a:personal-<user id>``, the id ``personal_message``
+uses, or 403 as Teams does for a user in ``not_installed`` (the app not added for them). The connector
 client URL-encodes conversation ids (``;messageid=`` arrives as ``%3Bmessageid=``); recorded ids are
 decoded, so a test compares them with the ids it sent. Only aiohttp and the standard library are used.
 
@@ -80,7 +82,7 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Refusal:
-    """One call the channel refused: its kind ("send", "reply", "update", "member"), where, what, and how."""
+    """One call the channel refused: its kind ("send", "reply", "update", "member", "create"), where, what, and how."""
 
     kind: str
     conversation_id: str
@@ -112,11 +114,14 @@ class FakeBotConnector(LoopbackServer):
     recorded: list[Recorded] = field(default_factory=list)
     member_lookups: list[tuple[str, str]] = field(default_factory=list)
     answers_without_ids: bool = False  # some channels answer a post with no activity id
+    created: list[dict[str, Any]] = field(default_factory=list)  # bodies of POST /v3/conversations
+    not_installed: set[str] = field(default_factory=set)  # Teams user ids whose personal chat cannot be opened
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition | None = None
 
     async def start(self) -> FakeBotConnector:
         app = web.Application()
+        app.router.add_post("/v3/conversations", self._create)
         app.router.add_post("/v3/conversations/{conversation}/activities", self._send)
         app.router.add_post("/v3/conversations/{conversation}/activities/{activity}", self._reply)
         app.router.add_put("/v3/conversations/{conversation}/activities/{activity}", self._update)
@@ -238,6 +243,29 @@ class FakeBotConnector(LoopbackServer):
 
     # --- serving ------------------------------------------------------------------------------
 
+    def personal_chats(self) -> list[str]:
+        """The personal chats the bot opened (or found), by conversation id, in order."""
+        return [f"a:personal-{body['members'][0]['id']}" for body in self.created]
+
+    async def _create(self, request: web.Request) -> web.Response:
+        """CreateConversation for a 1:1 chat: Teams finds the existing personal chat, or refuses when the
+        app is not installed for the user."""
+        body = await request.json()
+        members = body.get("members") or []
+        if self.failing and self.outage is not None:
+            return await self._refuse("create", "", "", self.outage.status, self.outage.retry_after)
+        if body.get("isGroup") or len(members) != 1:
+            return web.json_response({"error": {"code": "BadArgument", "message": "one member"}}, status=400)
+        user = str(members[0].get("id") or "")
+        if user in self.not_installed:
+            error = {"code": "Forbidden", "message": "The bot is not installed in the user's personal scope"}
+            return web.json_response({"error": error}, status=403)
+        assert self._changed is not None
+        async with self._changed:
+            self.created.append(body)
+            self._changed.notify_all()
+        return web.json_response({"id": f"a:personal-{user}"})
+
     async def _send(self, request: web.Request) -> web.Response:
         return await self._record(request, "send", None)
 
@@ -252,9 +280,13 @@ class FakeBotConnector(LoopbackServer):
         self.member_lookups.append((conversation, member))
         if self.failing and self.outage is not None and self.outage.roster:
             return await self._refuse("member", conversation, "", self.outage.status, self.outage.retry_after)
-        if member not in self.roster:
+        # Teams finds a member by Teams id, AAD object id or user principal name.
+        found = self.roster.get(member) or next(
+            (e for e in self.roster.values() if member in (e.get("aadObjectId"), e.get("userPrincipalName"))), None
+        )
+        if found is None:
             return web.json_response({"error": {"code": "MemberNotFoundInConversation", "message": member}}, status=404)
-        return web.json_response(self.roster[member])
+        return web.json_response(found)
 
     async def _members(self, request: web.Request) -> web.Response:
         """The whole roster (every conversation has the same one here), as GetConversationMembers answers."""

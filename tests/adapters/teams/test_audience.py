@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bot.service import PRIVATE_PART_ASK
+from bot.service import PRIVATE_PART_SENT
 from tests.adapters.slack.test_audience import AudienceSearcher
 from tests.adapters.teams.test_app import Teams, running_teams
 from tests.fakes.bot_connector import ALICE
@@ -46,7 +46,7 @@ async def ask_in_channel(harness: Teams) -> str:
 
 
 @pytest.mark.parametrize(
-    ("groups", "searched", "says_ask_privately"),
+    ("groups", "searched", "says_sent_privately"),
     [
         pytest.param(HR_EVERYONE, [("all", "hr")], False, id="every-member-in-hr"),
         pytest.param(HR_BUT_GWEN, [("all",), ("all", "hr")], True, id="one-member-outside-hr"),
@@ -54,7 +54,7 @@ async def ask_in_channel(harness: Teams) -> str:
 )
 async def test_with_members_audience_a_channel_answer_uses_what_every_member_may_read(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, groups: str,
-    searched: list[tuple[str, ...]], says_ask_privately: bool,
+    searched: list[tuple[str, ...]], says_sent_privately: bool,
 ) -> None:
     searcher = AudienceSearcher()
     script(fake_openai, "They merge [Reorg Plan › Team changes].", "They merge [Reorg Plan › Team changes].")
@@ -64,10 +64,10 @@ async def test_with_members_audience_a_channel_answer_uses_what_every_member_may
         roster_reads = [member for _, member in harness.channel.member_lookups if member == "*"]
     assert roster_reads == ["*"]  # read once: Alice, Bob and Gwen, the channel's readers
     assert searcher.searched_with == searched
-    assert (PRIVATE_PART_ASK in said) is says_ask_privately
+    assert (PRIVATE_PART_SENT in said) is says_sent_privately
 
 
-async def test_by_default_a_channel_answer_uses_public_documents_and_asks_for_a_personal_chat(
+async def test_by_default_a_channel_answer_uses_public_documents_and_sends_the_rest_to_a_personal_chat(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     searcher = AudienceSearcher()
@@ -77,5 +77,5 @@ async def test_by_default_a_channel_answer_uses_public_documents_and_asks_for_a_
         said = await ask_in_channel(harness)
         lookups = list(harness.channel.member_lookups)
     assert searcher.searched_with == [("all",), ("all", "hr")]
-    assert PRIVATE_PART_ASK in said and "merge" not in said.split(PRIVATE_PART_ASK)[0]
+    assert PRIVATE_PART_SENT in said and "merge" not in said  # the HR part went to her personal chat
     assert all(member != "*" for _, member in lookups)  # the roster is only read when members decide

@@ -25,11 +25,14 @@ ACTION = PendingAction("p-1", "create_it_ticket", {"summary": "VPN"}, "h" * 32, 
 class Connector:
     """Records what is posted; ``failures`` are raised, one per call, before anything is recorded."""
 
-    def __init__(self, *failures: Exception, answer: str = "posted-1") -> None:
+    def __init__(self, *failures: Exception, answer: str = "posted-1",
+                 roster: dict[str, dict[str, Any]] | None = None) -> None:
         self.failures = list(failures)
         self.answer = answer
+        self.roster = roster or {}
         self.sent: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self.updated: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
+        self.opened: list[tuple[dict[str, Any], str]] = []  # personal chats opened: (from reference, Teams id)
 
     async def send(self, reference: dict[str, Any], activity: dict[str, Any]) -> str:
         if self.failures:
@@ -43,7 +46,13 @@ class Connector:
         self.updated.append((reference, activity_id, activity))
 
     async def member(self, reference: dict[str, Any], user_id: str) -> dict[str, Any] | None:
-        return None
+        return self.roster.get(user_id)
+
+    async def personal(self, reference: dict[str, Any], user_id: str) -> dict[str, Any]:
+        if self.failures:
+            raise self.failures.pop(0)
+        self.opened.append((reference, user_id))
+        return {"conversation": {"id": f"a:personal-{user_id}"}, "user": {"id": user_id}}
 
 
 class Service:
@@ -118,15 +127,16 @@ async def test_a_card_posted_on_a_channel_that_answers_without_an_id_records_not
     assert service.platform_messages == {}
 
 
-async def test_private_notes_post_nothing_and_direct_messages_are_refused_for_good():
+async def test_private_notes_post_nothing_and_direct_messages_go_to_the_personal_chat():
     post, key = channel_reply(Answer("x"))
     connector = Connector()
     sender = TeamsSender(connector, Service())  # type: ignore[arg-type]
     private = Post("private", post.address, text="Thanks, your feedback is saved.")
     assert await sender.send(row(private, key), Attempts().next()) is None and connector.sent == []
-    with pytest.raises(RemoteError) as refused:
-        await sender.send(row(Post("direct", post.address, text="hello"), key), Attempts().next())
-    assert not refused.value.retryable and connector.sent == []
+    posted = await sender.send(row(Post("direct", post.address, text="hello"), key), Attempts().next())
+    ((chat, activity),) = connector.sent
+    assert posted == "posted-1" and chat["conversation"]["id"] == "a:personal-29:alice"
+    assert "hello" in activity["text"]
 
 
 class Refused(Exception):
