@@ -34,7 +34,7 @@ from sqlalchemy.exc import ArgumentError
 
 from bot.errors import ConfigError
 from bot.redaction import Redactor
-from retrieval import BUNDLED_MODEL, MAX_K, RetrievalConfig
+from retrieval import BUNDLED_MODEL, MAX_K, PASSAGE_CHARS, RetrievalConfig
 
 # The one driver per database that the async store runs on (``bot.store``).
 ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
@@ -116,6 +116,7 @@ class Settings(BaseSettings):
     collection: str = "policies"
     embedding_model: str = BUNDLED_MODEL
     top_k: int = Field(5, ge=1, le=MAX_K)
+    passage_chars: int = Field(PASSAGE_CHARS, ge=200)  # of each passage given to the model; cut between rows
 
     # state
     database_url: DatabaseUrl | None = None
@@ -234,6 +235,7 @@ class Settings(BaseSettings):
             embedding_model=self.embedding_model,
             model_cache_dir=self.data_dir / "models",
             top_k=self.top_k,
+            snippet_chars=self.passage_chars,
         )
 
 

@@ -25,6 +25,11 @@ class OwnedIndex:
     def sections(self, groups: Sequence[str] | None = None) -> list[str]:
         return self._index.sections(groups)
 
+    @property
+    def embedder(self) -> object:
+        """The index's embedding model, which the offline model shares to score sentences by meaning."""
+        return getattr(self._index, "embedder", None)
+
     async def ping(self) -> int:
         """Chunks in the index: one cheap call that proves the index (or the Qdrant server) answers."""
         return int(await asyncio.to_thread(self._index.count))

@@ -183,6 +183,8 @@ class PolicyPal:
                 result = await run_agent(self.deps, state, stop, decided)
                 log.info("run %s ended: %s", result.run_id, result.reason.value)
                 private = await self._private_part(result, where, stop)
+                if private is not None and result.reason is TerminationReason.NOT_COVERED:
+                    result = replace(result, reason=TerminationReason.ANSWERED)  # covered: for the asker, privately
                 reply = await self._conclude(result, where, started, also, private)
             finally:
                 self.metrics.in_flight.dec()

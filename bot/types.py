@@ -21,6 +21,7 @@ class TerminationReason(StrEnum):
     """Why a run ended; every run has exactly one."""
 
     ANSWERED = "answered"
+    NOT_COVERED = "not_covered"  # an answer saying the policies do not cover it: every search found nothing
     PENDING_CONFIRMATION = "pending_confirmation"
     STEP_BUDGET = "step_budget"
     TOKEN_BUDGET = "token_budget"

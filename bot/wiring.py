@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.agent import AgentDeps, Budgets, LoopSettings, PriceTable, TurnLimits
 from bot.config import Settings
@@ -27,16 +28,22 @@ from bot.store import Store
 from bot.tickets import TicketBackend, build_ticket_backend
 from bot.types import ChatModel
 
+if TYPE_CHECKING:
+    from retrieval import Embedder
+
 log = logging.getLogger(__name__)
 
 RUN_MARGIN_S = 60.0  # beyond the deadline: persisting and replying; no live run is older
 SAMPLE_POLICIES = Path(__file__).resolve().parents[1] / "examples" / "policies"
 
 
-def build_model(settings: Settings) -> ChatModel:
-    """The real client when an API key is configured, else the offline model: the bot always answers."""
+def build_model(settings: Settings, embedder: Embedder | None = None) -> ChatModel:
+    """The real client when an API key is configured, else the offline model: the bot always answers.
+
+    ``embedder``: the index's embedding model, which the offline model shares to score by meaning.
+    """
     if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
-        return OfflineModel()
+        return OfflineModel(_dense(embedder) if embedder is not None else None)
     return OpenAIChatModel(
         api_key=settings.openai_api_key.get_secret_value(),
         base_url=settings.openai_base_url,
@@ -101,13 +108,14 @@ async def open_service(
     if destinations is None:
         _warn_if_destinations_configured(settings)
     destinations = list(destinations or [])
-    owned_index = None
+    owned_index = index = None
     if searcher is None:
         from retrieval import PolicyIndex
 
-        searcher = owned_index = OwnedIndex(PolicyIndex.open(settings.retrieval()))
+        index = PolicyIndex.open(settings.retrieval())
+        searcher = owned_index = OwnedIndex(index)
     store = await Store.open(settings.resolved_database_url)
-    model = model or build_model(settings)
+    model = model or build_model(settings, getattr(index or searcher, "embedder", None))
     try:
         tickets = build_ticket_backend(settings, store)
         deps = agent_deps(settings, model, searcher, tickets)
@@ -184,6 +192,11 @@ def helpdesk_for(
         on_created=outbox.wake,
     )
     return outbox, helpdesk
+
+
+def _dense(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]:
+    """Texts to dense vectors with the index's embedding model (already loaded: nothing new downloads)."""
+    return lambda texts: [vectors.dense for vectors in embedder.embed_documents(texts)]
 
 
 def _warn_if_destinations_configured(settings: Settings) -> None:

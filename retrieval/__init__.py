@@ -10,7 +10,7 @@ client, nor a document parser. Nothing here imports bot or adapters.
 
 from __future__ import annotations
 
-from retrieval.config import BUNDLED_MODEL, MAX_K, RetrievalConfig
+from retrieval.config import BUNDLED_MODEL, MAX_K, PASSAGE_CHARS, RetrievalConfig
 from retrieval.embedding import SPARSE_MODEL, Embedder, Vectors
 from retrieval.errors import (
     EmbeddingError,
@@ -35,6 +35,7 @@ __all__ = [
     "BUNDLED_MODEL",
     "CANDIDATES",
     "MAX_K",
+    "PASSAGE_CHARS",
     "SPARSE_MODEL",
     "Chunk",
     "Document",

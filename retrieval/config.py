@@ -7,6 +7,10 @@ from pathlib import Path
 
 BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MAX_K = 50  # passages one search may return
+# Most characters of one passage's text a search returns. Chunks are at most 256 tokens (about 1,150
+# characters on the sample policies), so the default gives nearly every passage whole; a longer one
+# is cut after its last whole table row, list item or sentence (retrieval.search.snippet).
+PASSAGE_CHARS = 1_200
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,6 @@ class RetrievalConfig:
     model_cache_dir: Path = Path("data/models")
     chunk_max_tokens: int = 256
     chunk_overlap_tokens: int = 32
-    snippet_chars: int = 700
+    snippet_chars: int = PASSAGE_CHARS
     top_k: int = 5
     embed_batch_size: int = 16

@@ -10,8 +10,9 @@ BM25 term strength.
 from __future__ import annotations
 
 import math
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -187,14 +188,58 @@ def passage(score: float, payload: dict[str, Any], snippet_chars: int) -> Passag
 
 
 def snippet(text: str, limit: int) -> str:
-    """Text cut to at most limit characters, at a word boundary where one is near."""
+    """Text cut to at most limit characters after its last whole table row, list item or sentence.
+
+    Half a row reads as complete and wrong ("NG-809: Tunnel…"), so a cut falls between rows, items and
+    sentences; a table is never left with its header alone. Only when the first of them is itself
+    longer than the limit is it cut at a word, since an empty passage would read as "nothing found".
+    """
     if len(text) <= limit:
         return text
-    cut = text[: limit - 1]
-    space = cut.rfind(" ")
+    room = limit - len(_CUT_MARK)
+    cut = max((end for end in _unit_ends(text) if end <= room), default=0)
+    if cut:
+        return text[:cut].rstrip() + _CUT_MARK
+    cut_text = text[: limit - 1]
+    space = cut_text.rfind(" ")
     if space > limit * 0.6:
-        cut = cut[:space]
-    return cut.rstrip() + "…"
+        cut_text = cut_text[:space]
+    return cut_text.rstrip() + "…"
+
+
+_CUT_MARK = "\n…"
+_LIST_ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
+_SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z0-9\"“(*])")
+
+
+def _unit_ends(text: str) -> Iterator[int]:
+    """Offsets where a table data row, a list item (with its continuation lines), a paragraph, or a
+    sentence inside a paragraph ends: the places a cut leaves only whole units."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    sentence_ends = [match.end() for match in _SENTENCE_END.finditer(text)]
+    in_item = False
+    for index, line in enumerate(lines):
+        stripped, following = line.strip(), lines[index + 1].strip() if index + 1 < len(lines) else ""
+        if stripped.startswith("|"):
+            if not _is_rule(stripped) and not _is_rule(following):  # a data row, not the header
+                yield starts[index + 1]
+            continue
+        if not stripped or stripped.startswith("#"):  # a heading alone is not worth a cut
+            in_item = False
+            continue
+        in_item = in_item or bool(_LIST_ITEM.match(stripped))
+        if not in_item:
+            yield from (end for end in sentence_ends if starts[index] < end <= starts[index + 1])
+        if not following or following.startswith(("|", "#")) or _LIST_ITEM.match(following):
+            in_item = False
+            yield starts[index + 1]
+
+
+def _is_rule(line: str) -> bool:
+    return bool(line) and set(line) <= set("|-: ")
 
 
 def _body(payload: dict[str, Any]) -> str:

@@ -69,6 +69,20 @@ def _parser() -> argparse.ArgumentParser:
     traces.add_argument("-n", type=_how_many, default=20, help="how many runs to list")
     traces.add_argument("--json", action="store_true")
 
+    gaps = sub.add_parser("gaps", help="questions the policies did not cover (not_covered runs), with counts")
+    gaps.add_argument("-n", type=_how_many, default=20, help="how many distinct questions to list")
+    gaps.add_argument("--json", action="store_true")
+
+    evaluate = sub.add_parser("eval", help="run a task file through the real service and score every run")
+    evaluate.add_argument("tasks", type=_path, help="tasks, one JSON object a line (JSONL)")
+    evaluate.add_argument("--json", dest="json_out", metavar="OUT", type=_path, default=None,
+                          help="also write the report as JSON to OUT")
+    evaluate.add_argument("--concurrency", type=_concurrency, default=4, help="tasks run at once (default 4)")
+    evaluate.add_argument("--min-success", type=_fraction, default=None, metavar="R",
+                          help="exit 1 when fewer than this share of tasks pass (0..1)")
+    evaluate.add_argument("--compare", type=_path, default=None, metavar="OLD.json",
+                          help="an earlier --json report: what got better or worse")
+
     handoffs = sub.add_parser("handoffs", help="helpdesk cases: list them, print one transcript, retry deliveries")
     handoffs.add_argument("case_id", nargs="?", help="a case id such as HD-1001: print its transcript")
     handoffs.add_argument("-n", type=_how_many, default=20, help="how many cases to list")
@@ -124,6 +138,21 @@ def _query(value: str) -> str:
 def _how_many(value: str) -> int:
     """A list length: SQLite reads a negative LIMIT as no limit at all."""
     return _whole_number(value, most=None)
+
+
+def _concurrency(value: str) -> int:
+    return _whole_number(value, most=64)
+
+
+def _fraction(value: str) -> float:
+    """A share such as a success rate: 0 to 1 (0.9, not 90)."""
+    try:
+        share = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1 (0.9 for 90 %)")
+    return share
 
 
 def _passage_count(value: str) -> int:
@@ -194,6 +223,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(show_traces(settings, args.run_id, limit=args.n, as_json=args.json))
     if args.command == "handoffs":
         return _handoffs(args, settings)
+    if args.command == "gaps":
+        from adapters.cli.gaps import show_gaps
+
+        return asyncio.run(show_gaps(settings, limit=args.n, as_json=args.json))
+    if args.command == "eval":
+        return _eval(args, settings)
     from adapters.cli.console import run_terminal
 
     return asyncio.run(run_terminal(settings, args, _user_id(args)))
@@ -213,6 +248,21 @@ def _handoffs(args: argparse.Namespace, settings: Settings) -> int:
         destinations=destinations,
     )
     return asyncio.run(report)
+
+
+def _eval(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from adapters.cli.eval import EvalOptions, run_eval
+
+    options = EvalOptions(
+        tasks=Path(args.tasks),
+        json_out=Path(args.json_out) if args.json_out else None,
+        concurrency=args.concurrency,
+        min_success=args.min_success,
+        compare=Path(args.compare) if args.compare else None,
+    )
+    return asyncio.run(run_eval(settings, options))
 
 
 def _user_id(args: argparse.Namespace) -> str:

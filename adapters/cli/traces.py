@@ -85,6 +85,8 @@ def _step_line(n: int, step: dict[str, Any]) -> str:
             head += f"  result={step['result_chars']} chars"
         elif step.get("text"):  # a proposed write: no result yet
             head += f"  {step['text']}"
+    if step.get("guard"):
+        head += f"  refused by the {step['guard']} guard"
     if step.get("error"):
         head += f"  ERROR: {step['error']}"
     return head

@@ -14,9 +14,10 @@ from bot.agent.pricing import Price, PriceTable
 from bot.agent.state import PendingTurn, RunState
 from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
-from bot.agent.turn import ProposedWrite, TurnLimits, execute_confirmed
+from bot.agent.turn import GUARDS, ProposedWrite, TurnLimits, execute_confirmed
 
 __all__ = [
+    "GUARDS",
     "SYSTEM_PROMPT",
     "AgentDeps",
     "Budget",

@@ -5,12 +5,15 @@ Errors come in two families (see STYLE.md):
 - things the model should hear become tool results (observations), and the run goes on:
   unknown tool, arguments that are not JSON or break the schema, a repeated call, a tool that raised
   or timed out, the search guard, a refused read;
-- things that end the run carry a ``TerminationReason``: ``answered``, ``pending_confirmation``,
+- things that end the run carry a ``TerminationReason``: ``answered``, ``not_covered`` (an answer that
+  cites nothing after every search came back empty: the honest "that is not in the policy", a
+  knowledge gap to count, not a failure), ``pending_confirmation``,
   ``step_budget``, ``token_budget``, ``deadline``, ``cost_budget``, ``no_progress`` (two turns made
   only of repeats), ``policy_denied`` (a refused write), ``model_error`` (after the client's retries),
   ``cancelled``, ``internal_error`` (a bug of ours: logged with its traceback, and the user still gets
-  the honest message and a helpdesk case instead of silence). Every ending except an answer or a
-  pending action is a ``GaveUp`` with the honest message: the loop never returns a half-finished guess.
+  the honest message and a helpdesk case instead of silence). Every ending except an answer (``answered``,
+  ``not_covered``) or a pending action is a ``GaveUp`` with the honest message: the loop never returns a
+  half-finished guess.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ async def _loop(
             return _give_up(state, trace, reply)
         state.messages.append(reply.as_message())
         if not reply.tool_calls:
-            return _final(state, trace, reply)
+            return _final(state, trace, reply, after_decision=decided is not None)
         turn = await run_turn(
             reply.tool_calls, deps.tools, state, deps.settings.turn, trace, max(budget.time_left(), 0.05)
         )
@@ -246,7 +249,7 @@ def _tool_messages(reply: ModelReply, results: dict[str, str]) -> list[Message]:
     return [{"role": "tool", "tool_call_id": c.id, "content": results[c.id]} for c in reply.tool_calls]
 
 
-def _final(state: RunState, trace: RunTrace, reply: ModelReply) -> RunResult:
+def _final(state: RunState, trace: RunTrace, reply: ModelReply, *, after_decision: bool = False) -> RunResult:
     text = (reply.text or "").strip()
     if reply.finish_reason == "length":
         return _give_up(state, trace, TerminationReason.TOKEN_BUDGET)  # a cut-off answer is a guess
@@ -254,7 +257,17 @@ def _final(state: RunState, trace: RunTrace, reply: ModelReply) -> RunResult:
         return _give_up(state, trace, TerminationReason.MODEL_ERROR)  # the provider withheld or cut the text
     if not text:
         return _give_up(state, trace, TerminationReason.MODEL_ERROR)
-    return _finish(state, trace, TerminationReason.ANSWERED, Answer(text, _citations(text, state)))
+    citations = _citations(text, state)
+    return _finish(state, trace, _answer_reason(state, citations, after_decision), Answer(text, citations))
+
+
+def _answer_reason(state: RunState, citations: tuple[Citation, ...], after_decision: bool) -> TerminationReason:
+    """``not_covered``: nothing cited and every search of the run came back empty (not none made, not one
+    failed). A reply to a decided write is about that write, so it stays ``answered``."""
+    searched_in_vain = state.searches > 0 and state.empty_searches == state.searches
+    if searched_in_vain and not citations and not after_decision:
+        return TerminationReason.NOT_COVERED
+    return TerminationReason.ANSWERED
 
 
 def _answer_from_result(

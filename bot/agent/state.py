@@ -31,6 +31,7 @@ class RunState:
     spent: Spent = field(default_factory=Spent)
     seen_calls: set[str] = field(default_factory=set)
     searches: int = 0
+    empty_searches: int = 0  # searches that ran and found no passage (all of them: a not_covered answer)
     repeat_turns: int = 0
     sources: dict[str, Citation] = field(default_factory=dict)  # cite -> where it came from
     pending_turn: PendingTurn | None = None
@@ -56,6 +57,7 @@ class RunState:
             "spent": asdict(self.spent),
             "seen_calls": sorted(self.seen_calls),
             "searches": self.searches,
+            "empty_searches": self.empty_searches,
             "repeat_turns": self.repeat_turns,
             "sources": {cite: asdict(c) for cite, c in self.sources.items()},
             "pending_turn": asdict(self.pending_turn) if self.pending_turn else None,
@@ -82,6 +84,7 @@ class RunState:
             spent=Spent(**data["spent"]),
             seen_calls=set(data["seen_calls"]),
             searches=data["searches"],
+            empty_searches=data.get("empty_searches", 0),  # saved before not_covered: none counted
             repeat_turns=data["repeat_turns"],
             sources={cite: Citation.from_json(c) for cite, c in data["sources"].items()},
             pending_turn=PendingTurn(**pending) if pending else None,

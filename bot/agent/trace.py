@@ -22,6 +22,7 @@ class Step:
     arguments: str | None = None
     result_chars: int | None = None
     error: str | None = None
+    guard: str | None = None  # a tool call a guard refused: which one (``bot.agent.turn.GUARDS``)
     text: str | None = None  # model text or a bounded tool-result preview, for transcripts
     decider: str | None = None  # a decision step: who clicked
     decision: str | None = None  # a decision step: "confirm" | "cancel"

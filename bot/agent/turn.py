@@ -27,6 +27,14 @@ REPEATED_CALL = "You already called {name} with exactly these arguments in this 
 ANOTHER_PENDING = "Not run: another action in this turn is already waiting for the user's confirmation."
 AWAITING_CONFIRMATION = "proposed: waiting for the requester to confirm or cancel"
 PREVIEW_CHARS = 1_000
+# The guards that refuse a call, as a refused call's step names them (``Step.guard``): traces and evals count them.
+UNKNOWN_TOOL = "unknown_tool"
+INVALID_ARGUMENTS = "invalid_arguments"
+NOT_PERMITTED = "not_permitted"
+REPEAT = "repeat"
+SEARCH_CAP = "search_cap"
+ANOTHER_WRITE = "another_write"
+GUARDS = (UNKNOWN_TOOL, INVALID_ARGUMENTS, NOT_PERMITTED, REPEAT, SEARCH_CAP, ANOTHER_WRITE)
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,15 @@ class _Ready:
     arguments: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class _Refused:
+    """A call a guard refused: the observation the model reads instead of a result, and the guard."""
+
+    observation: str
+    guard: str
+    denied_write: bool = False
+
+
 async def run_turn(
     calls: tuple[ToolCall, ...],
     registry: ToolRegistry,
@@ -78,12 +95,12 @@ async def run_turn(
         elif outcome is None:  # the write now waiting: the run continued after the click traces its decision
             step.text = AWAITING_CONFIRMATION
         else:
-            turn.results[call.id] = _cap(outcome, limits.result_chars)
-            step.error = outcome
+            turn.results[call.id] = _cap(outcome.observation, limits.result_chars)
+            step.error, step.guard = outcome.observation, outcome.guard
     context = ToolContext(
         user=state.user, run_id=state.run_id, conversation_key=state.conversation_key, groups=state.reading_groups
     )
-    runs = [_execute(r, step, context, state, limits.result_chars) for r, step in zip(ready, steps, strict=True)]
+    runs = [_execute(r, step, context, state, limits) for r, step in zip(ready, steps, strict=True)]
     contents = await _all_within(runs, steps, ready, timeout_s)
     for item, content in zip(ready, contents, strict=True):
         turn.results[item.call.id] = content
@@ -112,23 +129,21 @@ async def _all_within(
 
 def _admit(
     call: ToolCall, registry: ToolRegistry, state: RunState, limits: TurnLimits, turn: TurnResult
-) -> _Ready | str | None:
-    """Apply the guards in order; returns a ready call, an error observation, or None (now pending).
+) -> _Ready | _Refused | None:
+    """Apply the guards in order; returns a ready call, a refusal, or None (now pending).
 
     Only a call that runs or becomes pending counts as made: one refused here (bad arguments, the
     search guard, another write already waiting) may be sent again later and be judged afresh.
     """
-    try:
-        tool, arguments = registry.parse(call.name, call.arguments)
-        registry.validate(tool, arguments)
-        registry.authorise(tool, state.user)
-    except ToolRefusal as refusal:
-        turn.denied_write = turn.denied_write or refusal.denied_write
-        return _error(str(refusal))
+    checked = _checked(call, registry, state)
+    if isinstance(checked, _Refused):
+        turn.denied_write = turn.denied_write or checked.denied_write
+        return checked
+    tool, arguments = checked
     key = f"{tool.name}:{canonical_json(arguments)}"
     if key in state.seen_calls:
         turn.repeats += 1
-        return _error(REPEATED_CALL.format(name=tool.name))
+        return _Refused(_error(REPEATED_CALL.format(name=tool.name)), REPEAT)
     if (refused := _held_back(tool, limits, state, turn)) is not None:
         return refused
     state.seen_calls.add(key)
@@ -138,23 +153,44 @@ def _admit(
     return _Ready(call, tool, arguments)
 
 
-def _held_back(tool: Tool, limits: TurnLimits, state: RunState, turn: TurnResult) -> str | None:
-    """The observation for a valid call that may not run now (search guard, a write already waiting)."""
+def _checked(call: ToolCall, registry: ToolRegistry, state: RunState) -> tuple[Tool, dict[str, Any]] | _Refused:
+    """The tool and its decoded arguments, or the refusal naming the guard that stopped the call."""
+    try:
+        tool = registry.get(call.name)
+    except ToolRefusal as refusal:
+        return _Refused(_error(str(refusal)), UNKNOWN_TOOL)
+    try:
+        _, arguments = registry.parse(call.name, call.arguments)
+        registry.validate(tool, arguments)
+    except ToolRefusal as refusal:
+        return _Refused(_error(str(refusal)), INVALID_ARGUMENTS)
+    try:
+        registry.authorise(tool, state.user)
+    except ToolRefusal as refusal:
+        return _Refused(_error(str(refusal)), NOT_PERMITTED, refusal.denied_write)
+    return tool, arguments
+
+
+def _held_back(tool: Tool, limits: TurnLimits, state: RunState, turn: TurnResult) -> _Refused | None:
+    """The refusal of a valid call that may not run now (search guard, a write already waiting)."""
     if tool.name == limits.search_tool:
         if state.searches >= limits.max_searches:
-            return json.dumps({"results": [], "note": SEARCH_EXHAUSTED})
+            return _Refused(json.dumps({"results": [], "note": SEARCH_EXHAUSTED}), SEARCH_CAP)
         state.searches += 1
     if tool.consequence == Consequence.WRITE and turn.pending is not None:
-        return _error(ANOTHER_PENDING)
+        return _Refused(_error(ANOTHER_PENDING), ANOTHER_WRITE)
     return None
 
 
-async def _execute(ready: _Ready, step: Step, context: ToolContext, state: RunState, result_chars: int) -> str:
+async def _execute(ready: _Ready, step: Step, context: ToolContext, state: RunState, limits: TurnLimits) -> str:
     watch = Stopwatch()
+    result_chars = limits.result_chars
     try:
         result = await ready.tool.handler(ready.arguments, context)
         content = bounded_json(result, result_chars)
         _collect_sources(result, state)
+        if ready.tool.name == limits.search_tool and not _passages(result):
+            state.empty_searches += 1
     except Exception as exc:  # a failing tool is an observation, never the end of the run
         log.exception("tool %s raised", ready.tool.name)
         content = _cap(_error(f"{ready.tool.name} failed: {type(exc).__name__}: {exc}"), result_chars)
@@ -182,6 +218,11 @@ def _collect_sources(result: dict[str, Any], state: RunState) -> None:
             title, _, heading = cite.partition(" › ")
             readers = tuple(str(group) for group in item.get("audience") or ())
             state.sources[cite] = Citation(title, heading, str(item.get("source", "")), readers)
+
+
+def _passages(result: dict[str, Any]) -> list[Any]:
+    items = result.get("results") if isinstance(result, dict) else None
+    return items if isinstance(items, list) else []
 
 
 def _error(message: str) -> str:

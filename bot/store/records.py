@@ -47,6 +47,17 @@ class RunRow:
 
 
 @dataclass(frozen=True)
+class KnowledgeGap:
+    """A question the policies did not answer: runs that ended ``not_covered`` with this (redacted) text."""
+
+    question: str
+    count: int
+    askers: int  # different user ids
+    first_asked: datetime
+    last_asked: datetime
+
+
+@dataclass(frozen=True)
 class PendingRecord:
     """Everything stored about a pending action, including the frozen call and the run to resume."""
 

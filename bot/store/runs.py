@@ -11,13 +11,14 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, insert, literal, select, update
+from sqlalchemy import delete, distinct, exists, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.redaction import bounded_trace
 from bot.store.columns import utcnow
 from bot.store.engine import Repository
 from bot.store.records import (
+    KnowledgeGap,
     RunRow,
     to_run_row,
 )
@@ -26,6 +27,7 @@ from bot.store.tables import (
     Run,
     Worker,
 )
+from bot.types import TerminationReason
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,22 @@ class Runs(Repository):
         stmt = select(Run.__table__).order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
         async with self._engine.connect() as conn:
             return [to_run_row(row) for row in await conn.execute(stmt)]
+
+    async def knowledge_gaps(self, limit: int = 20) -> list[KnowledgeGap]:
+        """Questions whose runs ended ``not_covered``, one row per identical text, most recently asked first.
+
+        Policy owners read these as what the documents are missing: grouped, never a case each.
+        """
+        last = func.max(Run.started_at)
+        stmt = (
+            select(Run.question, func.count(), func.count(distinct(Run.user_id)), func.min(Run.started_at), last)
+            .where(Run.reason == TerminationReason.NOT_COVERED.value)
+            .group_by(Run.question)
+            .order_by(last.desc(), Run.question)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [KnowledgeGap(*row) for row in await conn.execute(stmt)]
 
     async def set_feedback(self, run_id: str, value: str, user_id: str) -> bool:
         """Attach a thumbs-up/down to a run; False when the run does not exist."""

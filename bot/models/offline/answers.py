@@ -2,71 +2,98 @@
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from bot.models.offline.meaning import Meaning
 from bot.models.offline.messages import ToolResult
+from bot.models.offline.parts import Part
 from bot.models.offline.planning import opens_like_question
-from bot.models.offline.text import content_words, shorten
+from bot.models.offline.relevance import relevant
+from bot.models.offline.scoring import Candidate, score
+from bot.models.offline.selection import chosen
+from bot.models.offline.text import shorten
+from bot.models.offline.units import cite_of, passage_units
 from bot.policy_tools import ticket_result_text
 
-NOT_IN_POLICY = "That is not in the policy documents I can search, so I can't give you a policy answer on it."
-
-# "This policy explains ..." restates the question's words without answering it.
-_ABOUT_THE_DOCUMENT = re.compile(
-    r"^this (?:policy|standard|document|guide|procedure|page|section)\b.{0,40}\b(?:explains|describes|covers|sets out)",
-    re.I,
+HELPDESK_OFFER = 'If you need a person, say "talk to the helpdesk" and I\'ll pass your question on.'
+NOT_IN_POLICY = (
+    "That is not in the policy documents I can search, so I can't give you a policy answer on it. " + HELPDESK_OFFER
 )
-_LIST_ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“(*])")
 
 
-class _Candidate(NamedTuple):
-    """A sentence that could answer a part; ordered as it appears in the results."""
+def answer_from_results(
+    results: Sequence[ToolResult],
+    parts: Sequence[Part] = (),
+    meaning: Meaning | None = None,
+    cited: frozenset[str] = frozenset(),
+) -> str:
+    """Compose the reply from this turn's tool results; never adds facts that are not in them.
 
-    rank: int
-    position: int
-    text: str
-    cite: str
-
-
-def answer_from_results(results: Sequence[ToolResult]) -> str:
-    """Compose the reply from this turn's tool results; never adds facts that are not in them."""
+    ``parts`` are the question parts the searches were made for (a part may have been searched twice);
+    a search whose query is not one of theirs is answered as its own part. ``cited``: the sections
+    the previous answer cited, which a follow-up most likely continues.
+    """
     tickets = [result for result in results if result.name == "create_it_ticket"]
-    if tickets:
-        return ticket_result_text(tickets[-1].payload)
     searches = [result for result in results if result.name == "search_policies" or "results" in result.payload]
+    ticket = ticket_result_text(tickets[-1].payload) if tickets else ""
     if searches:
-        return _search_answer(searches)
+        answer = _search_answer(searches, parts, _Reading(meaning, cited))
+        return f"{ticket}\n\n{answer}" if ticket else answer
+    if ticket:
+        return ticket
     errors = [str(result.payload["error"]) for result in results if "error" in result.payload]
     if errors:
         return f"I couldn't complete that ({shorten(errors[0], 160)}), so I can't answer it from the policies."
     return NOT_IN_POLICY
 
 
-def _search_answer(searches: Sequence[ToolResult]) -> str:
+@dataclass
+class _Reading:
+    """What composing one answer knows beyond the results: meaning, earlier cites, what it quoted."""
+
+    meaning: Meaning | None
+    cited: frozenset[str]
+    quoted: set[tuple[str, str]] = field(default_factory=set)  # each part answers with something new
+
+
+def _grouped(searches: Sequence[ToolResult], parts: Sequence[Part]) -> list[tuple[Part, list[ToolResult]]]:
+    """Searches by the part they were made for, in the order first searched."""
+    by_query = {query: part for part in parts for query in part.queries}
+    groups: dict[Part, list[ToolResult]] = {}
+    for search in searches:
+        query = str(search.arguments.get("query", "")).strip() or "that"
+        groups.setdefault(by_query.get(query) or Part(query), []).append(search)
+    return list(groups.items())
+
+
+def _search_answer(searches: Sequence[ToolResult], parts: Sequence[Part], reading: _Reading) -> str:
+    groups = _grouped(searches, parts)
     found: list[str] = []
     missing: list[str] = []
     failures: list[str] = []
-    for search in searches:
-        query = str(search.arguments.get("query", "")).strip() or "that"
-        passages = [p for p in search.payload.get("results") or () if isinstance(p, dict)]
-        if "error" in search.payload:
-            failures.append(str(search.payload["error"]))
-        elif passages:
-            found.append(_part_answer(query, passages, label=len(searches) > 1))
+    for part, group in groups:
+        passages = [(rank, p) for s in group for rank, p in enumerate(_passages(s))]
+        errors = [str(s.payload["error"]) for s in group if "error" in s.payload]
+        answer = _part_answer(part, passages, reading, label=len(groups) > 1) if passages else None
+        if answer:
+            found.append(answer)
+        elif errors and not passages:
+            failures.append(errors[0])
         else:
-            missing.append(
-                f'I couldn\'t find "{query.rstrip("?")}" in the policy documents, so it is not covered by the policy.'
-            )
+            focus = part.focus.rstrip("?")
+            missing.append(f'I couldn\'t find "{focus}" in the policy documents, so it is not covered by the policy.')
     if not found:
         return _nothing_found(failures, bool(missing))
     if len(found) == 1 and not missing:
         return found[0]
-    return "\n".join(f"- {line}" for line in [*found, *missing])
+    lines = "\n".join(f"- {line}" for line in [*found, *missing])
+    return f"{lines}\n\n{HELPDESK_OFFER}" if missing else lines
+
+
+def _passages(search: ToolResult) -> list[dict[str, Any]]:
+    return [passage for passage in search.payload.get("results") or () if isinstance(passage, dict)]
 
 
 def _nothing_found(failures: Sequence[str], searched: bool) -> str:
@@ -78,48 +105,48 @@ def _nothing_found(failures: Sequence[str], searched: bool) -> str:
     return NOT_IN_POLICY
 
 
-def _part_answer(query: str, passages: Sequence[dict[str, Any]], *, label: bool) -> str:
-    """The 1-2 sentences of the top passages that share the most (rare) words with the query, cited."""
-    candidates = [
-        _Candidate(rank, position, unit, _cite(passage))
-        for rank, passage in enumerate(passages[:2])
-        for position, unit in enumerate(_units(passage))
-    ]
+def _part_answer(
+    part: Part, passages: Sequence[tuple[int, dict[str, Any]]], reading: _Reading, *, label: bool
+) -> str | None:
+    """The best sentences, items or rows of the passages for one part, cited; None when none answers it."""
+    candidates = _candidates(passages)
     if not candidates:
-        return f"The closest passage I found is [{_cite(passages[0])}], but I could not read it."
-    scores = _overlap_scores(query, candidates)
-    ranked = sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i].rank, candidates[i].position))
-    best = candidates[ranked[0]].text
-    chosen = [ranked[0]]
-    for index in ranked[1:]:
-        if scores[index] >= scores[ranked[0]] / 2 > 0 and not _overlapping(candidates[index].text, best):
-            chosen.append(index)
-            break
-    body = _with_cites(sorted(candidates[i] for i in chosen))
-    words = content_words(query)
-    quoted = content_words(" ".join(candidates[i].text for i in chosen))
-    if len(words & quoted) * 2 < len(words):  # most of the question is not in the passage
-        body = f"The closest passage I found: {body}"
-    return f"**{_label(query)}** {body}" if label else body
+        return f"The closest passage I found is [{cite_of(passages[0][1])}], but I could not read it."
+    scored = score(part, candidates, reading.meaning, reading.cited)
+    ranked = sorted(scored, key=lambda s: (-s.score, s.candidate.order))
+    if not relevant(part, ranked, reading.meaning):
+        return None
+    fresh = [s for s in ranked if _key(s.candidate) not in reading.quoted]  # another part quoted the rest
+    picked = chosen(fresh or ranked)
+    reading.quoted.update(_key(candidate) for candidate in picked)
+    body = _with_cites(picked)
+    return f"**{_label(part.focus)}** {body}" if label else body
 
 
-def _overlapping(text: str, other: str) -> bool:
-    """One already contains the other (a list item and the sentence that quotes its list)."""
-    return text.rstrip(".;: ")[:80] in other or other.rstrip(".;: ")[:80] in text
+def _key(candidate: Candidate) -> tuple[str, str]:
+    return candidate.cite, candidate.unit.text
 
 
-def _overlap_scores(query: str, candidates: Sequence[_Candidate]) -> list[float]:
-    """Query words found in each candidate, rare words weighing more; lower-ranked passages discounted."""
-    words = content_words(query)
-    found = [words & content_words(candidate.text) for candidate in candidates]
-    frequency = Counter(word for shared in found for word in shared)
-    weight = {word: math.log(1 + len(candidates) / count) for word, count in frequency.items()}
-    return [
-        sum(weight[word] for word in shared)
-        * (1.0 if candidate.rank == 0 else 0.8)
-        * (0.5 if _ABOUT_THE_DOCUMENT.match(candidate.text) else 1.0)
-        for shared, candidate in zip(found, candidates, strict=True)
-    ]
+def _candidates(passages: Sequence[tuple[int, dict[str, Any]]]) -> list[Candidate]:
+    """Units of every passage once (a part searched twice may find a passage twice), in reading order."""
+    seen: set[tuple[str, str]] = set()
+    candidates: list[Candidate] = []
+    for rank, passage in passages:
+        key = (cite_of(passage), str(passage.get("text", "")))
+        if key in seen:
+            continue
+        seen.add(key)
+        weight, units = _passage_score(passage), passage_units(passage)
+        candidates.extend(
+            Candidate(unit, key[0], rank, len(candidates) + n, weight, len(seen)) for n, unit in enumerate(units)
+        )
+    return candidates
+
+
+def _passage_score(passage: dict[str, Any]) -> float:
+    """The search's score for a passage, 0-1; a result without one counts fully."""
+    value = passage.get("score")
+    return min(max(float(value), 0.0), 1.0) if isinstance(value, int | float) else 1.0
 
 
 def _label(query: str) -> str:
@@ -128,85 +155,10 @@ def _label(query: str) -> str:
     return f"{query}?" if opens_like_question(query) else f"{query}:"
 
 
-def _with_cites(chosen: Sequence[_Candidate]) -> str:
+def _with_cites(chosen: Sequence[Candidate]) -> str:
     out: list[str] = []
     for index, candidate in enumerate(chosen):
-        out.append(candidate.text)
+        out.append(candidate.unit.text)
         if index + 1 == len(chosen) or chosen[index + 1].cite != candidate.cite:
             out.append(f"[{candidate.cite}]")
     return " ".join(out)
-
-
-def _cite(passage: dict[str, Any]) -> str:
-    if passage.get("cite"):
-        return str(passage["cite"])
-    named = " › ".join(str(passage[key]) for key in ("title", "heading") if passage.get(key))
-    return named or str(passage.get("source") or "policy document")
-
-
-def _units(passage: dict[str, Any]) -> list[str]:
-    """Sentences, list items and table rows of a passage; a sentence ending in ":" carries its list."""
-    units: list[str] = []
-    lead: int | None = None  # the sentence that introduces the list being read
-    for kind, block in _blocks(str(passage.get("text", "")), _cite(passage).lower()):
-        if kind == "item":
-            units.append(shorten(block, 300))
-            if lead is not None and len(units[lead]) + len(block) < 400:
-                head = units[lead]
-                joiner = " " if head.endswith(":") else "; "
-                units[lead] = head.removesuffix(".") + joiner + block.rstrip(";,. ") + "."
-            else:
-                lead = None  # the list is too long to quote whole: stop before it reads as complete
-            continue
-        sentences = [shorten(s, 300) for s in _SENTENCE_END.split(block) if content_words(s)]
-        units.extend(sentences)
-        lead = len(units) - 1 if kind == "text" and sentences and sentences[-1].endswith(":") else None
-    return units
-
-
-def _blocks(text: str, cite: str) -> Iterator[tuple[str, str]]:
-    """("text", paragraph) | ("item", list item) | ("row", table row), without headings or rules."""
-    lines = [line.strip() for line in text.splitlines()]
-    paragraph: list[str] = []
-    for index, line in enumerate(lines):
-        item = _LIST_ITEM.match(line)
-        if line and not item and not line.startswith("|") and not _is_rule(line) and not _is_heading(line, cite):
-            paragraph.append(_plain(line))
-            continue
-        if paragraph:
-            yield "text", " ".join(paragraph)
-            paragraph = []
-        following = lines[index + 1] if index + 1 < len(lines) else ""
-        if item:
-            yield "item", _plain(line[item.end() :])
-        elif line.startswith("|") and not _is_rule(line) and not _is_rule(following):  # a header precedes |---|
-            yield "row", _table_row(line)
-    if paragraph:
-        yield "text", " ".join(paragraph)
-
-
-def _is_rule(line: str) -> bool:
-    return bool(line) and set(line) <= set("|-: ")
-
-
-def _is_heading(line: str, cite: str) -> bool:
-    """Markdown headings, and a heading-path line ("Policy > Section") that repeats the cite."""
-    if line.startswith("#"):
-        return True
-    lowered = _plain(line).lower().replace(" > ", " › ").strip()
-    if lowered == cite:
-        return True
-    if lowered.endswith((".", "!", "?", ":", ";")) or len(lowered) <= 3:
-        return False
-    return all(segment.strip() in cite for segment in lowered.split("›"))
-
-
-def _table_row(line: str) -> str:
-    cells = [_plain(cell).strip(" .") for cell in line.strip("|").split("|") if cell.strip(" .")]
-    if len(cells) < 2:
-        return "".join(cells)
-    return f"{cells[0]}: {', '.join(cells[1:])}."
-
-
-def _plain(text: str) -> str:
-    return re.sub(r"\*\*|__|`", "", text).strip()

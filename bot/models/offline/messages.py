@@ -10,6 +10,8 @@ from typing import Any
 
 from bot.types import Message
 
+_CITE = re.compile(r"\[([^\[\]\n]+?›[^\[\]\n]+?)\]")
+
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -33,6 +35,19 @@ def last_user_text(messages: Sequence[Message]) -> str:
     """The message the model is answering; empty when the user has said nothing yet."""
     index = _last_user_index(messages)
     return content_text(messages[index].get("content")) if index >= 0 else ""
+
+
+def previous_user_text(messages: Sequence[Message]) -> str:
+    """The user's message before the one being answered: what a follow-up ("and after 5 years?") continues."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    return content_text(messages[users[-2]].get("content")) if len(users) > 1 else ""
+
+
+def previous_cites(messages: Sequence[Message]) -> frozenset[str]:
+    """The cites ("[Title › Section]") of the answer before the message being answered."""
+    index = _last_user_index(messages)
+    earlier = [m for m in messages[: max(index, 0)] if m.get("role") == "assistant" and not m.get("tool_calls")]
+    return frozenset(_CITE.findall(content_text(earlier[-1].get("content")))) if earlier else frozenset()
 
 
 def current_turn(messages: Sequence[Message]) -> Sequence[Message]:

@@ -2,12 +2,15 @@
 
 It reads the chat-completions message list exactly as a hosted model would and answers in the same
 shape (text, parallel tool calls, token usage), so the agent loop, budgets and traces run unchanged.
-It knows nothing about retrieval beyond the JSON the tools return. One run is at most one round of
-tool calls: once results are back after the last user message it answers, so it cannot loop.
+It knows nothing about retrieval beyond the JSON the tools return, and, when given one, the embedding
+model's vectors to score sentences by meaning. A run makes at most two rounds of tool calls: the
+searches, then (for a problem report that also asks something) the ticket proposal beside the answer;
+once results are back it answers, so it cannot loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -15,21 +18,42 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.models.offline.answers import answer_from_results
-from bot.models.offline.messages import current_turn, last_user_text, system_text, tool_names, tool_results
-from bot.models.offline.planning import clean_question, is_problem_report, small_talk, split_question, ticket_arguments
+from bot.models.offline.meaning import Embed, Meaning
+from bot.models.offline.messages import (
+    current_turn,
+    last_user_text,
+    previous_cites,
+    previous_user_text,
+    system_text,
+    tool_names,
+    tool_results,
+)
+from bot.models.offline.parts import Part, Plan, plan_message
+from bot.models.offline.planning import clean_question, small_talk, ticket_arguments
 from bot.models.offline.summary import summarize_history
 from bot.types import Message, ModelReply, ToolCall, Usage
 
 NAME = "policypal-offline"
 COMPACTION_PREFIX = "You compress agent conversation history"
 TICKET_PROPOSAL = "I can raise an IT ticket for this. Please confirm the details."
+TICKET_BESIDE_ANSWER = "For the problem you describe, I can raise an IT ticket. Please confirm the details."
+SEARCH_TOOL = "search_policies"
+TICKET_TOOL = "create_it_ticket"
+MAX_SEARCHES = 3  # the agent's search guard answers a fourth with "no further results"
 _CHARS_PER_TOKEN = 4
 
 
 class OfflineModel:
-    """ChatModel that answers from the messages alone: no network, no ML, same input, same output."""
+    """ChatModel that answers from the messages alone: no network, same input, same output.
+
+    ``embed`` (texts to vectors, the index's own embedding model) lets it score sentences by meaning
+    as well as by words; answers are then composed off the event loop, as embedding is CPU work.
+    """
 
     name = NAME
+
+    def __init__(self, embed: Embed | None = None) -> None:
+        self._meaning = Meaning(embed) if embed is not None else None
 
     async def complete(
         self,
@@ -40,18 +64,30 @@ class OfflineModel:
         timeout: float,
     ) -> ModelReply:
         """Decide the next turn; ``timeout`` is accepted for the protocol and unused (nothing waits)."""
-        text, calls = decide(messages, tools)
+        if self._meaning is None:
+            text, calls = decide(messages, tools)
+        else:
+            text, calls = await asyncio.to_thread(decide, messages, tools, self._meaning)
         return _reply(text, calls, messages, tools, max_tokens)
 
 
-def decide(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> tuple[str | None, tuple[ToolCall, ...]]:
+def decide(
+    messages: Sequence[Message], tools: Sequence[dict[str, Any]], meaning: Meaning | None = None
+) -> tuple[str | None, tuple[ToolCall, ...]]:
     """The whole policy of the offline model: compaction, a new question, or an answer to tool results."""
     if not tools and system_text(messages).startswith(COMPACTION_PREFIX):
         return summarize_history(last_user_text(messages)), ()
+    question, offered = last_user_text(messages), tool_names(tools)
+    plan = plan_message(question, previous_user_text(messages))
     turn = current_turn(messages)
-    if any(message.get("role") == "tool" for message in turn):
-        return answer_from_results(tool_results(turn)), ()
-    return _plan(last_user_text(messages), tool_names(tools), salt=len(messages))
+    if not any(message.get("role") == "tool" for message in turn):
+        return _plan(question, plan, offered, salt=len(messages))
+    answer = answer_from_results(tool_results(turn), plan.parts, meaning, previous_cites(messages))
+    if plan.problem and TICKET_TOOL in offered and not _called(turn, TICKET_TOOL):
+        # A problem report that also asked something: the answer, and beside it the ticket to confirm.
+        call = _tool_call(0, TICKET_TOOL, ticket_arguments(question, plan.problem), len(messages))
+        return f"{answer}\n\n{TICKET_BESIDE_ANSWER}", (call,)
+    return answer, ()
 
 
 def estimate_usage(
@@ -66,18 +102,30 @@ def estimate_usage(
     return Usage(input_tokens=_tokens(prompt), output_tokens=_tokens(output))
 
 
-def _plan(question: str, offered: set[str], *, salt: int) -> tuple[str | None, tuple[ToolCall, ...]]:
-    """A new question: small talk is answered, a problem report proposes a ticket, anything else is searched."""
+def _plan(question: str, plan: Plan, offered: set[str], *, salt: int) -> tuple[str | None, tuple[ToolCall, ...]]:
+    """A new question: small talk is answered, a bare problem report proposes a ticket, the rest is searched
+    (a problem report that also asks is searched first; its ticket is proposed with the answer)."""
     cleaned = clean_question(question)
     reply = small_talk(cleaned)
     if reply is not None:
         return reply, ()
-    if "create_it_ticket" in offered and is_problem_report(cleaned):
-        return TICKET_PROPOSAL, (_tool_call(0, "create_it_ticket", ticket_arguments(question), salt),)
-    if "search_policies" not in offered:
+    if plan.problem and TICKET_TOOL in offered and (not plan.parts or SEARCH_TOOL not in offered):
+        return TICKET_PROPOSAL, (_tool_call(0, TICKET_TOOL, ticket_arguments(question, plan.problem), salt),)
+    if SEARCH_TOOL not in offered:
         return "I can't search the policy documents right now, so I can't answer that reliably.", ()
-    parts = split_question(cleaned)
-    return None, tuple(_tool_call(n, "search_policies", {"query": part}, salt) for n, part in enumerate(parts))
+    queries = list(dict.fromkeys(query for part in plan.parts or (Part(cleaned),) for query in part.queries))
+    calls = (_tool_call(n, SEARCH_TOOL, {"query": query}, salt) for n, query in enumerate(queries[:MAX_SEARCHES]))
+    return None, tuple(calls)
+
+
+def _called(turn: Sequence[Message], name: str) -> bool:
+    """Whether this turn already asked for the tool (a ticket is proposed once per question)."""
+    return any(
+        (call.get("function") or {}).get("name") == name
+        for message in turn
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or ()
+    )
 
 
 # --- building the reply ---------------------------------------------------------------------------

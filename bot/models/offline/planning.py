@@ -39,7 +39,8 @@ _PROBLEM = re.compile(
     r"|open|charge|print)|\bbroken\b|\bbroke\b|\b(?:can't|cant|cannot|unable to) (?:log ?in|sign ?in|connect"
     r"|access|open|print|get into)|\berror\b|\bcrash|lost my|\bstolen\b|locked out|forgot my password"
     r"|reset my password|\bhacked\b|phishing|ransomware|\bbreach\b|\bvirus\b|malware|no internet"
-    r"|keeps (?:crashing|disconnecting|freezing|dropping)|\bfrozen\b|need access|(?:don't|do not) have access",
+    r"|keeps (?:crashing|disconnecting|freezing|dropping)|\bfrozen\b|need access|(?:don't|do not) have access"
+    r"|\b(?:got |been )?(?:nicked|pinched)\b|\bclicked (?:a|on a|the) (?:\w+ )?link",
     re.I,
 )
 _HYPOTHETICAL = re.compile(
@@ -47,6 +48,13 @@ _HYPOTHETICAL = re.compile(
     r"|someone|your|our|you)|polic(?:y|ies)|allowed|permitted|entitled|rules?)\b",
     re.I,
 )
+_HELP_REQUEST = re.compile(
+    r"\b(?:can|could|would|will)\s+(?:someone|somebody|anyone|you|it|IT)\s+(?:please\s+)?(?:look|help|fix|check|sort"
+    r"|take a look|have a look)|\bplease help\b|\bhelp me\b",
+    re.I,
+)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|my|me|mine|we|we're|our|us)\b", re.I)
+_ERROR_CODE = re.compile(r"\b[A-Z]{2,5}-\d{2,4}\b", re.I)
 _ASKS_MEANING = re.compile(  # "what does error NG-412 mean?", also as one part of a longer question
     r"\b(?:what|which)\s+(?:does|do|is|are)\b[^.!?]*?\b(?:mean|means|meaning|stand for|refer to|error|code)\b[^.!]*\?",
     re.I,
@@ -131,8 +139,13 @@ def _split_question_marks(text: str) -> list[str]:
 
 
 def _split_on_and(piece: str) -> list[str]:
-    """Only "X and Y" where both sides open like questions: "What is A and can I B?" but not "A and B"."""
-    if not opens_like_question(_tidy(piece)):
+    """Only "X and Y" where both sides ask: "What is A and can I B?", "flying to Toronto, what class can I
+    book and how much per diem do I get?", but not "A and B"."""
+    first = _AND_QUESTION.search(piece)
+    if first is None:
+        return [piece]
+    left = re.split(r",\s+|\s+-+\s+|(?<=[.!?])\s+", piece[: first.start()])
+    if not any(opens_like_question(_tidy(clause)) for clause in left):
         return [piece]
     return _AND_QUESTION.split(piece)
 
@@ -149,15 +162,34 @@ def is_problem_report(text: str) -> bool:
         return True
     if _ASKS_MEANING.search(text):  # "what does error NG-412 mean?" asks the policy, reports nothing
         return False
+    if opens_like_question(text) and not _FIRST_PERSON.search(text):  # "is POL-SEC-004 about phishing?"
+        return False
     return bool(_PROBLEM.search(text)) and not _HYPOTHETICAL.search(text)
 
 
-def ticket_arguments(message: str) -> dict[str, str]:
-    """create_it_ticket arguments inferred from the user's words, every value from the tool's enums."""
+def is_problem_clause(clause: str) -> bool:
+    """One clause of a message that reports a problem or asks for help with it, rather than asking."""
+    if _TICKET_REQUEST.search(clause) or _HELP_REQUEST.search(clause):
+        return True
+    if opens_like_question(clause) or clause.endswith("?"):
+        return False
+    return is_problem_report(clause)
+
+
+def names_error_code(text: str) -> bool:
+    """ "NG-809": a code the policies may explain, worth looking up even in a problem report."""
+    return bool(_ERROR_CODE.search(text))
+
+
+def ticket_arguments(message: str, problem: str = "") -> dict[str, str]:
+    """create_it_ticket arguments inferred from the user's words, every value from the tool's enums;
+    category and summary come from the ``problem`` clauses when the message also asks something."""
     text = message.replace("’", "'")
+    about = (problem or message).replace("’", "'")
+    category = next((name for name, pattern in _CATEGORIES if pattern.search(about)), None)
     return {
-        "category": next((name for name, pattern in _CATEGORIES if pattern.search(text)), "other"),
-        "summary": ticket_summary(message),
+        "category": category or next((name for name, pattern in _CATEGORIES if pattern.search(text)), "other"),
+        "summary": ticket_summary(problem or message),
         "urgency": next((level for level, pattern in _URGENCY if pattern.search(text)), "normal"),
         "details": shorten(message, MAX_DETAILS),
     }

@@ -12,15 +12,69 @@ has have having he her here hers him his how i if in into is it its itself just 
 myself no nor not now of off on once only or other our ours out over own please same she should
 so some such than that the their theirs them then there these they this those through to too
 under until up very want was we were what when where which while who whom whose why will with
-would you your yours company policy policies tell know need
+would you your yours company policy policies tell know need must may might shall
 """
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-_WORD = re.compile(r"[a-z0-9€$£]+(?:['’][a-z]+)?")
+# Words too general to be what a question is about: weak evidence when shared, no proof when missing.
+_GENERIC_TEXT = """
+couple bit lot lots thing things stuff whatever lol big small little take taking give put follow
+build built wrong right good bad best ok okay way kind sort type one ones actually even really
+just still like any some ask let make new old use using go going come back day days week weeks
+month months year years time times people person someone anyone work working job
+"""
+GENERIC = frozenset(_GENERIC_TEXT.split())
+_WORD = re.compile(r"[a-z]{1,6}(?:-[a-z]{1,6})*-\d+[a-z]?\b|[a-z0-9€$£]+(?:['’][a-z]+)?")  # "ng-809" is one word
+_CONTRACTION = re.compile(r"'(?:s|m|re|ve|ll|d)$|n't$")
+# Chat shorthand the policies spell out: searched as written, "WFH" finds nothing about working from home.
+_CHAT_WORDS = {
+    "wfh": "work from home",
+    "ppl": "people",
+    "yrs": "years",
+    "yr": "year",
+    "hrs": "hours",
+    "mins": "minutes",
+    "mat leave": "maternity leave",
+    "pat leave": "paternity leave",
+    "pls": "please",
+    "plz": "please",
+    "im": "i'm",
+    "ive": "i've",
+    "dont": "don't",
+    "cant": "can't",
+    "wont": "won't",
+    "doesnt": "doesn't",
+    "isnt": "isn't",
+    "didnt": "didn't",
+    "whats": "what's",
+    "thx": "thanks",
+}
+_CHAT_WORD = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _CHAT_WORDS), key=len, reverse=True)) + r")\b", re.I)
+
+
+def normalise_chat(text: str) -> str:
+    """Chat shorthand written out ("wfh" -> "work from home", "wont" -> "won't"), the rest untouched."""
+    return _CHAT_WORD.sub(lambda match: _CHAT_WORDS[match[0].lower()], text.replace("’", "'"))
 
 
 def content_words(text: str) -> set[str]:
     """The stemmed words that carry meaning: what a question and a passage must share to match."""
-    return {_stem(word) for word in _WORD.findall(text.lower()) if word not in _STOPWORDS and len(word) > 1}
+    return {_stem(word) for word in content_tokens(text)}
+
+
+def content_tokens(text: str) -> set[str]:
+    """The words that carry meaning as written (lower case), "what's" and "I'm" not among them."""
+    words = (_bare(word) for word in _WORD.findall(text.lower().replace("’", "'")))
+    return {word for word in words if word not in _STOPWORDS and (len(word) > 1 or word.isdigit())}
+
+
+def _bare(word: str) -> str:
+    """ "what's" -> "what", "doesn't" -> "does", "can't" -> "can": the word a stopword list names."""
+    return {"can't": "can", "won't": "will", "shan't": "shall"}.get(word) or _CONTRACTION.sub("", word)
+
+
+def stem(word: str) -> str:
+    """The form content_words keeps of a word."""
+    return _stem(word)
 
 
 def _stem(word: str) -> str:
@@ -58,3 +112,6 @@ def bounded(text: str, limit: int) -> str:
         return text
     cut = text[: limit - 1]
     return cut[: cut.rfind(" ")] + "…" if " " in cut else cut + "…"
+
+
+GENERIC_STEMS = frozenset(_stem(word) for word in GENERIC)

@@ -47,7 +47,7 @@ async def test_a_question_the_policies_do_not_cover_says_so(tmp_path, sample_ind
     await ask(svc, "Does the company match donations to my favourite charity?", ALICE, as_json=True, out=out)
     await svc.close()
     data = json.loads(out.getvalue())
-    assert data["reason"] == "answered"
+    assert data["reason"] == "not_covered"  # an honest "not in the policy": counted as a knowledge gap
     assert "not" in data["answer"].lower() and "polic" in data["answer"].lower()
 
 

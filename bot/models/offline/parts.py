@@ -1,0 +1,203 @@
+"""What a message asks and what it reports: question parts to search (each with the context it needs)
+and the problem clauses to ticket, so "back from leave, how many WFH days do I get, and my VPN keeps
+dropping" is both answered and ticketed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bot.models.offline.planning import (
+    MAX_PARTS,
+    MAX_QUERY,
+    clean_question,
+    is_problem_clause,
+    names_error_code,
+    opens_like_question,
+    split_question,
+)
+from bot.models.offline.text import content_words, normalise_chat, shorten
+
+_CLAUSE = re.compile(
+    r"(?<=[.!?])\s+|\s+-+\s+|;\s+|,\s+(?:and\s+|but\s+|also\s+|so\s+)?|\s+(?:and also|also|but)\s+", re.I
+)
+_AND_CLAUSE = re.compile(r"\s+and\s+(?=(?:my|our|the|i|i'm|it|it's|now)\b)", re.I)
+_BACK_REFERENCE = re.compile(  # "is there" asks whether something exists; "while I'm there" points back
+    r"\b(?:it|its|it's|they|them|their|this|that|these|those|one)\b|(?<!is )(?<!are )\bthere\b", re.I
+)
+_FOLLOW_UP_OPENER = re.compile(
+    r"^(?:(?:ok(?:ay)?|so|right|cool|thanks|and)[,\s]+)*(?:and|what about|how about|what if|also|plus|or|for|after"
+    r"|before|in|with|without)\b",
+    re.I,
+)
+SELF_CONTAINED_WORDS = 3  # a question with this many content words and no "it"/"that" stands on its own
+
+
+@dataclass(frozen=True)
+class Part:
+    """One question to answer: its own words (``focus``) and what it refers to: ``context`` before it
+    (a statement, the problem it asks about, the question a follow-up continues) and ``aside``, what
+    was said after it ("... in Madrid? I'm based in Lisbon")."""
+
+    focus: str
+    context: str = ""
+    also_alone: bool = False  # searched with its context and on its own (the context may mislead)
+    aside: str = ""
+    follows: bool = False  # continues the previous question
+
+    @property
+    def query(self) -> str:
+        text = self.focus
+        if self.context:
+            joiner = " " if self.context.endswith((".", "?", "!", ":")) else ", "
+            text = f"{self.context}{joiner}{text}"
+        if self.aside:
+            text = f"{text}{' ' if text.endswith(('?', '.', '!')) else ', '}{self.aside}"
+        return shorten(text, MAX_QUERY)
+
+    @property
+    def around(self) -> str:
+        """Everything said with the question but not the question itself."""
+        return f"{self.context} {self.aside}".strip()
+
+    @property
+    def queries(self) -> list[str]:
+        return [self.query, self.focus] if self.also_alone and self.focus != self.query else [self.query]
+
+    @property
+    def meaning_query(self) -> str:
+        """What an answer must mean: the question alone when its context may mislead, else with it."""
+        return self.focus if self.also_alone else self.query
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Question parts to search, and the problem clauses a ticket is about ("" when none)."""
+
+    parts: tuple[Part, ...]
+    problem: str = ""
+
+
+@dataclass
+class _Draft:
+    """A question being read: its words and the statements written before and after it."""
+
+    focus: str
+    before: list[str]
+    after: list[str]
+
+
+def plan_message(message: str, previous: str = "") -> Plan:
+    """Separate the problem a message reports from what it asks; ``previous`` is the user's last question."""
+    cleaned = clean_question(normalise_chat(message))
+    problem, asked = _separate(cleaned)
+    if problem and not asked:
+        # "error NG-809 since this morning": the policy explains codes, so look it up as well as ticket it
+        return Plan((Part(problem),) if names_error_code(problem) else (), problem)
+    if problem and not content_words(asked):  # "..., what do I do?": the question is about the problem
+        return Plan((Part(asked, problem),), problem)
+    return Plan(tuple(_parts(asked, previous, problem)), problem)
+
+
+def stands_alone(question: str) -> bool:
+    """A question that needs nothing before it: enough words of its own and no "it" or "that"."""
+    return len(content_words(question)) >= SELF_CONTAINED_WORDS and not needs_context(question)
+
+
+def needs_context(question: str) -> bool:
+    """ "How long till it unlocks?", "what now?": it points back, or says too little alone."""
+    return bool(_BACK_REFERENCE.search(question)) or len(content_words(question)) < 2
+
+
+def _separate(cleaned: str) -> tuple[str, str]:
+    """(the problem clauses, the rest of the message); a message that asks nothing is all problem."""
+    clauses = [clause.strip(" ,.;-") for clause in _clauses(cleaned)]
+    problems = [clause for clause in clauses if clause and is_problem_clause(clause)]
+    if not problems:
+        return "", cleaned
+    rest = [clause for clause in clauses if clause and clause not in problems]
+    if not any(_asks(clause) for clause in rest):
+        return cleaned, ""  # statements around a problem ("NG-809 on the hotel wifi", "it's urgent") are the report
+    return ", ".join(problems), ", ".join(rest)
+
+
+def _clauses(cleaned: str) -> list[str]:
+    """Clauses at punctuation, and at "and" when what follows is a problem of its own ("..., and my VPN
+    keeps dropping"), not more of the same ("lost my laptop and my yubikey")."""
+    clauses: list[str] = []
+    for piece in _CLAUSE.split(cleaned):
+        head, *tails = _AND_CLAUSE.split(piece)
+        for tail in tails:
+            if is_problem_clause(tail):
+                clauses.append(head)
+                head = tail
+            else:
+                head = f"{head} and {tail}"
+        clauses.append(head)
+    return clauses
+
+
+def _asks(text: str) -> bool:
+    return opens_like_question(text) or text.rstrip().endswith("?")
+
+
+def _parts(asked: str, previous: str, problem: str) -> list[Part]:
+    """The parts of a question, each given the context it needs: statements written beside it, the
+    previous question for a lone follow-up, the part before it for a part saying "it"."""
+    drafts = _drafts(asked)
+    if not drafts:  # statements only ("forgot my badge at home"): searched as written
+        return [Part(shorten(asked, MAX_QUERY))]
+    if len(drafts) == 1 and previous and _follows_up(drafts[0].focus):
+        last = clean_question(normalise_chat(previous)).rstrip(" .?!") + "?"
+        draft = drafts[0]
+        return [Part(draft.focus, _joined([last, *draft.before]), aside=_joined(draft.after), follows=True)]
+    parts: list[Part] = []
+    for index, draft in enumerate(drafts):
+        context, aside = _joined(draft.before), _joined(draft.after)
+        if context or aside:  # written with the question: keep it, and try once without it (it may mislead)
+            alone = stands_alone(draft.focus) and len(drafts) == 1
+            parts.append(Part(draft.focus, context, also_alone=alone, aside=aside))
+        elif needs_context(draft.focus) and (index or problem):
+            before = parts[index - 1] if index else Part(problem)
+            parts.append(Part(draft.focus, before.context or before.focus))
+        else:
+            parts.append(Part(draft.focus))
+    return parts[:MAX_PARTS]
+
+
+def _drafts(asked: str) -> list[_Draft]:
+    """The questions of a message with the statements around them: one before the first question is
+    its context, one after a question is said about it."""
+    drafts: list[_Draft] = []
+    pending: list[str] = []  # statements before any question
+    for piece in split_question(asked):
+        lead, focus = _lead(piece)
+        if _asks(focus):
+            drafts.append(_Draft(focus, [*pending, lead] if lead else pending, []))
+            pending = []
+        elif drafts:
+            drafts[-1].after.append(focus)
+        else:
+            pending.append(focus)
+    return drafts
+
+
+def _joined(context: list[str]) -> str:
+    """Statements and questions as one text, each but the last closed with a full stop."""
+    items = [item for item in context if item]
+    closed = [item if item.endswith(("?", ".", "!")) else f"{item}." for item in items[:-1]]
+    return " ".join([*closed, *items[-1:]])
+
+
+def _follows_up(question: str) -> bool:
+    """ "and after 5 years?", "how often does it get replaced?": it continues the previous question."""
+    return bool(_FOLLOW_UP_OPENER.match(question)) or needs_context(question)
+
+
+def _lead(piece: str) -> tuple[str, str]:
+    """(the statements before the question, the question): "flying to Toronto, what class can I book?"."""
+    clauses = [clause for clause in re.split(r",\s+|\s+-+\s+|(?<=[.!])\s+", piece) if clause.strip()]
+    for index, clause in enumerate(clauses):
+        if index and opens_like_question(clause):
+            return ", ".join(clauses[:index]), ", ".join(clauses[index:])
+    return "", piece

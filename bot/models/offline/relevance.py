@@ -1,0 +1,61 @@
+"""Whether the best candidate found answers the question at all, or is only the least unrelated one.
+
+"Is there parking at the Lisbon office?" finds the Lisbon office's evacuation point: close in words
+and in meaning, yet nothing in the results says "parking" or anything meaning it. So a best candidate
+that is not plainly on the point counts only if every word the question is about (leaving it out
+changes what the question means) occurs in the results, or a word close to it in meaning does
+("vacation": "holiday"). Otherwise the honest answer is that the policy does not cover it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from bot.models.offline.meaning import Meaning
+from bot.models.offline.parts import Part, needs_context
+from bot.models.offline.scoring import ASKING, Candidate, Scored
+from bot.models.offline.text import GENERIC, content_tokens, stem
+
+MIN_SCORE = 0.3  # a best candidate scoring below this answers nothing
+MIN_MEANING = 0.35  # below this in meaning, and holding less than MIN_WORDS of the words, nothing answers
+MIN_WORDS = 0.5
+SURE_MEANING = 0.6  # this close in meaning is on the point whatever the words
+SYNONYM = 0.55  # two words this close in meaning say the same thing ("vacation", "holiday")
+SUBJECT = 0.12  # a word carrying this much of a question's meaning is part of what it asks about
+
+
+def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> bool:
+    """Whether the best of ``ranked`` answers the part; without an embedding model, any shared word does."""
+    best = ranked[0]
+    if meaning is None:
+        return best.words > 0
+    if best.score < MIN_SCORE or (best.meaning < MIN_MEANING and best.words < MIN_WORDS):
+        return False
+    return best.meaning >= SURE_MEANING or not _missing_subject(part, [s.candidate for s in ranked], meaning)
+
+
+def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meaning) -> bool:
+    """A word the question is about (leaving it out changes what it means) that no candidate says, in
+    its own words or in a word close in meaning."""
+    held = set().union(*(_tokens(candidate) for candidate in candidates))
+    stems = {stem(word) for word in held}
+    asked = f"{part.focus} {part.context}" if needs_context(part.focus) else part.focus  # "is that paid?"
+    absent = sorted(w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC if stem(w) not in stems)
+    vocabulary = sorted(held - GENERIC)
+    return any(_weight_in(asked, word, meaning) >= SUBJECT and not _said(word, vocabulary, meaning) for word in absent)
+
+
+def _said(word: str, vocabulary: list[str], meaning: Meaning) -> bool:
+    """Whether a word close in meaning occurs among the candidates' words."""
+    return max(meaning.similarities(word, vocabulary), default=0.0) >= SYNONYM
+
+
+def _weight_in(question: str, word: str, meaning: Meaning) -> float:
+    """How much of the question's meaning a word carries: 1 - cosine(question, question without it)."""
+    without = re.sub(rf"\b{re.escape(word)}\b", " ", question, flags=re.I)
+    return 1.0 - meaning.similarities(question, [without])[0]
+
+
+def _tokens(candidate: Candidate) -> set[str]:
+    return content_tokens(f"{candidate.unit.text} {candidate.unit.columns} {candidate.cite}")

@@ -1,0 +1,102 @@
+"""`policypal eval` as CI runs it: exit codes for a bad task file, --min-success and --compare; the report."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from adapters.cli import main
+from adapters.cli.eval import EvalOptions, run_eval
+from tests.bot.evaluation.scripted import TASKS, SampleOrNothing, script
+from tests.bot.helpers import settings_for
+from tests.fakes.openai_server import FakeOpenAI
+
+PASSING = 5 / 8  # of tests/bot/evaluation/tasks.jsonl with its scripted model
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+async def evaluate(tmp_path: Path, fake: FakeOpenAI, index: object, **options: object) -> tuple[int, str, str]:
+    script(fake)
+    out, err = io.StringIO(), options.pop("err", io.StringIO())
+    assert isinstance(err, io.StringIO)
+    code = await run_eval(settings_for(tmp_path, fake), EvalOptions(TASKS, **options),  # type: ignore[arg-type]
+                          searcher=SampleOrNothing(index), out=out, err=err)  # type: ignore[arg-type]
+    fake.assert_script_consumed()
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_bad_task_file_exits_2_naming_each_line_and_key_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(tmp_path / "data"))
+    tasks = tmp_path / "tasks.jsonl"
+    good = json.dumps({"id": "a", "ask": "q", "expect": {"facts": ["x"]}})
+    typo = json.dumps({"id": "c", "ask": "q", "expect": {"site": []}})
+    tasks.write_text(f'{good}\n{{"id": "b", "ask": "q"}}\n\n{typo}\n')
+
+    assert main(["eval", str(tasks)]) == 2
+
+    err = capsys.readouterr().err
+    assert "the task file cannot be used (2 problems)" in err
+    assert f"{tasks} line 2: expect: required" in err and f"{tasks} line 4: expect.site: unknown key" in err
+    assert not (tmp_path / "data").exists()  # nothing ran: no index built, no database opened
+
+
+def test_an_unusable_compare_report_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.json").write_text("[]")
+    assert main(["eval", str(TASKS), "--compare", str(tmp_path / "old.json")]) == 2
+    assert "--compare: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--min-success", "1.5"], ["--min-success", "90"], ["--concurrency", "0"]])
+def test_out_of_range_options_are_usage_errors(option: list[str], capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", str(TASKS), *option])
+    assert exit_info.value.code == 2
+
+
+async def test_min_success_sets_the_exit_code(tmp_path, fake_openai, sample_index):
+    met, report, _ = await evaluate(tmp_path, fake_openai, sample_index, min_success=PASSING)
+    missed, _, err = await evaluate(tmp_path, fake_openai, sample_index, min_success=0.7)
+
+    assert met == 0 and missed == 1
+    assert "success rate 62.5% is below --min-success 70.0%" in err
+    assert "Success: 5/8 tasks passed (62.5%)" in report
+    assert "       cites: no citation contains \"passwords-mfa.md\"" in report
+
+
+async def test_json_then_compare_shows_what_got_worse_and_better(tmp_path, fake_openai, sample_index):
+    first = tmp_path / "first.json"
+    code, _, err = await evaluate(tmp_path, fake_openai, sample_index, json_out=first)
+    assert code == 0 and f"(report written to {first})" in err
+    earlier = json.loads(first.read_text())
+    assert earlier["summary"]["success_rate"] == PASSING and len(earlier["tasks"]) == 8
+    for task in earlier["tasks"]:  # pretend the earlier release passed the wrong-document task only
+        task["passed"] = {"pw-wrong-doc": True, "wedding-honest": False}.get(task["id"], task["passed"])
+    first.write_text(json.dumps(earlier))
+
+    second = tmp_path / "second.json"
+    code, report, _ = await evaluate(tmp_path, fake_openai, sample_index, compare=first, json_out=second)
+
+    assert code == 0  # a comparison reports; only --min-success fails a build
+    assert "  pass -> fail: pw-wrong-doc\n" in report and "  fail -> pass: wedding-honest\n" in report
+    comparison = json.loads(second.read_text())["comparison"]
+    assert comparison["pass_to_fail"] == ["pw-wrong-doc"] and comparison["fail_to_pass"] == ["wedding-honest"]
+
+
+async def test_a_progress_bar_only_on_a_terminal(tmp_path, fake_openai, sample_index):
+    _, _, piped = await evaluate(tmp_path, fake_openai, sample_index)
+    terminal = Terminal()
+    await evaluate(tmp_path, fake_openai, sample_index, err=terminal)
+    assert piped == ""
+    assert "8/8" in terminal.getvalue() and "failed=3" in terminal.getvalue()
