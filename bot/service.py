@@ -215,7 +215,11 @@ class PolicyPal:
         )
         private = await run_agent(replace(self.deps, tools=self.deps.tools.reading_only()), state, cancel)
         outcome = private.outcome
-        if not isinstance(outcome, Answer) or all(readers.can_see(c.audience) for c in outcome.citations):
+        if not isinstance(outcome, Answer):  # the thread's answer stands; the asker is not told of a part
+            log.warning("run %s: the private part for %s ended %s; only the thread's answer is sent",
+                        private.run_id, asker.label(), private.reason.value)
+            return None
+        if all(readers.can_see(c.audience) for c in outcome.citations):
             log.info("run %s: nothing restricted answers it for %s", private.run_id, asker.label())
             return None
         log.info("run %s: the part only %s may read goes privately (run %s)", public.run_id, asker.label(),

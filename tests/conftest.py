@@ -35,14 +35,19 @@ async def fake_openai() -> AsyncIterator[FakeOpenAI]:
         yield fake
 
 
-@pytest.fixture(scope="session")
-def sample_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyIndex]:
-    """The sample policies indexed once per session with the bundled model (embedded engine)."""
-    root = tmp_path_factory.mktemp("sample-index")
+def built_index(root: Path, *folders: Path) -> PolicyIndex:
+    """``folders`` indexed under ``root`` with the bundled model (embedded engine); the caller closes it."""
     cfg = RetrievalConfig(qdrant_path=root / "qdrant", model_cache_dir=root / "models")
     embedder = Embedder(cfg.embedding_model, cfg.model_cache_dir, batch_size=16).load()
     index = PolicyIndex.open(cfg, create=True, embedder=embedder)
-    report = index.index_paths([SAMPLE_POLICIES])
+    report = index.index_paths(list(folders))
     assert report.ok and index.count() > 0, report
+    return index
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyIndex]:
+    """The sample policies indexed once per session."""
+    index = built_index(tmp_path_factory.mktemp("sample-index"), SAMPLE_POLICIES)
     yield index
     index.close()

@@ -16,8 +16,9 @@ import pytest
 from bot.identity import EVERYONE
 from bot.service import PRIVATE_PART_ASK, PRIVATE_PART_SENT
 from bot.types import Answer, Inbound, UserRef
-from retrieval import Embedder, PolicyIndex, RetrievalConfig
+from retrieval import PolicyIndex
 from tests.bot.helpers import RecordingSender, service
+from tests.conftest import built_index
 from tests.fakes.openai_server import text, tool_calls
 
 HR_USER = UserRef("U_HR", "Hana", groups=(EVERYONE, "hr"))
@@ -58,11 +59,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyIndex]:
     docs.mkdir()
     (docs / "reorg.md").write_text(REORG)
     (docs / "leave.md").write_text(LEAVE)
-    cfg = RetrievalConfig(qdrant_path=root / "qdrant", model_cache_dir=root / "models")
-    embedder = Embedder(cfg.embedding_model, cfg.model_cache_dir, batch_size=16).load()
-    built = PolicyIndex.open(cfg, create=True, embedder=embedder)
-    report = built.index_paths([docs])
-    assert report.ok and built.count() > 0, report
+    built = built_index(root, docs)
     yield built
     built.close()
 
