@@ -46,7 +46,7 @@ CATEGORIES = frozenset(
     {"access", "hardware", "software", "network_vpn", "accounts_passwords", "security_incident", "other"}
 )
 URGENCIES = frozenset({"low", "normal", "high", "critical"})
-LABEL_KEYS = frozenset({"id", "question", "answerable", "answers", "facts"})
+LABEL_KEYS = frozenset({"id", "question", "answerable", "answers", "facts", "split"})
 MAX_LABEL_FACTS = 3
 FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 AUDIENCE = re.compile(r"^audience:\s*\[?([^\]\n]*)\]?\s*$", re.MULTILINE)

@@ -26,6 +26,15 @@ _DECIDED_AS = {
 }
 
 
+ERROR_CHARS = 300  # of a ticket system's error on a card: its JSON can run to pages (the case keeps it all)
+
+
+def short_error(error: object) -> str:
+    """A ticket system's error as a card shows it: one line, at most ``ERROR_CHARS``, cut visibly."""
+    line = " ".join(str(error).split()).rstrip(".")
+    return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1].rstrip() + "…"
+
+
 def when(moment: datetime | None) -> str:
     """A card's time: minutes, in UTC, said so (the people deciding may be anywhere)."""
     return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "an unknown time"
@@ -178,7 +187,7 @@ class CardView:
                 else "Done."
             return f"Confirmed by {by}. {made}"
         if self.state == "failed":
-            return f"Confirmed by {by}, but it failed: {result.get('error', 'unknown error')}.{follow_up}"
+            return f"Confirmed by {by}, but it failed: {short_error(result.get('error', 'unknown error'))}.{follow_up}"
         if self.state == "unknown":
             return f"Confirmed by {by}, but it is not known whether it went through; nothing will be retried." \
                    f"{follow_up or ' A person will check.'}"

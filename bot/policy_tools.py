@@ -26,6 +26,7 @@ TICKET_TOOL = "create_it_ticket"
 CITE_SEPARATOR = " › "
 ERROR_CHARS = 160  # of a ticket system's error, quoted to the user
 HELPDESK_FOLLOWS_UP = "The helpdesk will follow up with you."
+STATUS_CHARS = 60  # of a search's words or section, on the status line
 
 
 class Searcher(Protocol):
@@ -88,7 +89,22 @@ def search_tool(searcher: Searcher, *, top_k: int = 5, sections: Sections | Sequ
         return {"type": "object", "properties": properties, "required": ["query"], "additionalProperties": False}
 
     return Tool(SEARCH_TOOL, SEARCH_DESCRIPTION, parameters(None), Consequence.READ, handler,
-                parameters_for=parameters)
+                parameters_for=parameters, activity=searching)
+
+
+def searching(arguments: dict[str, Any]) -> str:
+    """The status line while a search runs: the section the model named, else the words it searches for."""
+    section = str(arguments.get("section") or "").strip()
+    if section:
+        return f"Searching the {section[:STATUS_CHARS]} policies…"
+    query = " ".join(str(arguments.get("query") or "").split())
+    if len(query) > STATUS_CHARS:
+        query = query[: STATUS_CHARS - 1] + "…"
+    return f"Searching the policies for “{query}”…" if query else "Searching the policies…"
+
+
+def preparing_ticket(arguments: dict[str, Any]) -> str:
+    return "Preparing a ticket for you to confirm…"
 
 
 def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool:
@@ -121,7 +137,8 @@ def ticket_tool(backend: TicketBackend, *, guests_allowed: bool = False) -> Tool
         "required": ["category", "summary", "urgency"],
         "additionalProperties": False,
     }
-    return Tool(TICKET_TOOL, TICKET_DESCRIPTION, parameters, Consequence.WRITE, handler, guests_allowed=guests_allowed)
+    return Tool(TICKET_TOOL, TICKET_DESCRIPTION, parameters, Consequence.WRITE, handler, guests_allowed=guests_allowed,
+                activity=preparing_ticket)
 
 
 def ticket_result_text(result: dict[str, Any]) -> str:
@@ -174,6 +191,8 @@ def _passage_result(passage: Passage) -> dict[str, Any]:
     }
     if passage.audience:  # a restricted document: the service sends what cites it to its readers only
         result["audience"] = list(passage.audience)
+    if passage.classification:  # its sensitivity label, shown on the citation (Teams)
+        result["classification"] = passage.classification
     return result
 
 

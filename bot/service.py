@@ -14,7 +14,8 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from bot.agent import (
     SYSTEM_PROMPT,
     AgentDeps,
     DecidedWrite,
+    Progress,
     ProposedWrite,
     RunResult,
     RunState,
@@ -33,6 +35,7 @@ from bot.agent import (
     run_agent,
     thread_context,
 )
+from bot.attachments import files_not_read
 from bot.audience import Audience, asker_audience
 from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
@@ -110,20 +113,37 @@ class PolicyPal:
         self.admission = admission  # None: no rate limit and no cap (tests, the console)
         self.metrics = metrics or Metrics()
         self.inflight = InFlight()  # what a graceful shutdown drains
+        self._stops: dict[str, set[asyncio.Event]] = {}  # conversation -> its running runs' cancel events
         self.redactor = self.helpdesk.redactor  # traces are read by operators: no pasted secrets in them
 
     # -- a message ----------------------------------------------------------------------------------
 
-    async def handle_message(self, inbound: Inbound, cancel: asyncio.Event | None = None) -> Reply | None:
+    async def handle_message(
+        self, inbound: Inbound, cancel: asyncio.Event | None = None, progress: Progress | None = None
+    ) -> Reply | None:
         """Run the agent for one message and commit its reply; None when another process answered it.
 
         A person over their rate, or a process at its cap, gets a polite refusal instead of a run.
+        ``progress``: the platform's status line, told what the run is doing (bot.agent.progress).
         """
         inbound = replace(inbound, text=clean_text(inbound.text))  # storable: no lone surrogates
         with log_context(conversation=inbound.conversation_key, platform=inbound.platform):
-            return await self._answer(inbound, cancel)
+            return await self._answer(inbound, cancel, progress)
 
-    async def _answer(self, inbound: Inbound, cancel: asyncio.Event | None) -> Reply | None:
+    def stop(self, conversation_key: str) -> int:
+        """Cancel this process's runs in a conversation (a platform's Stop button); how many were running.
+
+        A cancelled run ends ``cancelled`` as any other: the honest message and a helpdesk case. A run
+        on another replica is not reached from here; it finishes and its answer is delivered.
+        """
+        stops = list(self._stops.get(conversation_key, ()))
+        for stop in stops:
+            stop.set()
+        return len(stops)
+
+    async def _answer(
+        self, inbound: Inbound, cancel: asyncio.Event | None, progress: Progress | None = None
+    ) -> Reply | None:
         where = Where.of(inbound)
         readers = where.readers or asker_audience(inbound.user)
         key = inbound.conversation_key
@@ -135,12 +155,15 @@ class PolicyPal:
         if asks_for_human(inbound.text):
             return await self._hand_over(inbound, where)
         state = _first_state(inbound, history, readers)
+        # Attached files are not read: said in the thread just before the answer, committed with it.
+        note = files_not_read(inbound.files, question=True) if inbound.files else None
+        also = text_post("notice", note, where, _item()) if note else []
         if self.admission is None:
-            return await self._run(state, where, cancel)
+            return await self._run(state, where, cancel, also=also, progress=progress)
         async with self.admission.slots.slot() as admitted:
             if not admitted:
                 return await self._refuse(inbound, where, "busy", BUSY_TEXT)
-            return await self._run(state, where, cancel)
+            return await self._run(state, where, cancel, also=also, progress=progress)
 
     async def _refuse(self, inbound: Inbound, where: Where, reason: RefusalReason, text: str) -> Reply | None:
         """A reply without a run: nothing stored but the reply, the person asks again later."""
@@ -174,13 +197,15 @@ class PolicyPal:
         cancel: asyncio.Event | None,
         decided: DecidedWrite | None = None,
         also: Sequence[NewPost] = (),
+        progress: Progress | None = None,
     ) -> Reply | None:
         context = log_context(run_id=state.run_id, conversation=state.conversation_key, platform=where.platform)
         started = utcnow()
-        with context, self.inflight.track(state.run_id, cancel) as stop:
+        deps = replace(self.deps, progress=progress) if progress is not None else self.deps
+        with context, self.inflight.track(state.run_id, cancel) as stop, self._stoppable(state.conversation_key, stop):
             self.metrics.in_flight.inc()
             try:
-                result = await run_agent(self.deps, state, stop, decided)
+                result = await run_agent(deps, state, stop, decided)
                 log.info("run %s ended: %s", result.run_id, result.reason.value)
                 private = await self._private_part(result, where, stop)
                 if private is not None and result.reason is TerminationReason.NOT_COVERED:
@@ -193,6 +218,18 @@ class PolicyPal:
             where.platform, result.reason.value, spent.steps, spent.tokens, spent.cost_usd, result.trace.steps
         )
         return reply
+
+    @contextmanager
+    def _stoppable(self, conversation_key: str, stop: asyncio.Event) -> Iterator[None]:
+        """While the run lasts, ``stop(conversation_key)`` reaches it."""
+        self._stops.setdefault(conversation_key, set()).add(stop)
+        try:
+            yield
+        finally:
+            running = self._stops.get(conversation_key, set())
+            running.discard(stop)
+            if not running:
+                self._stops.pop(conversation_key, None)
 
     async def _private_part(self, public: RunResult, where: Where, cancel: asyncio.Event) -> RunResult | None:
         """What only the asker may read, answered apart: None when the thread's answer is all there is.
@@ -521,6 +558,13 @@ class PolicyPal:
 
     async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
         return await self.store.runs.set_feedback(run_id, value, user_id)
+
+    async def run_of_post(self, platform: str, conversation_key: str, message_id: str) -> str | None:
+        """The run whose reply a platform posted as ``message_id``: native feedback (Teams' thumbs) names
+        only the message it is on. None for a message that is no run's answer."""
+        row = await self.store.outbox.posted_as(conversation_key, post_destination(platform), message_id)
+        post = Post.from_json(row.payload or {}) if row is not None else None
+        return post.run_id if post is not None and post.kind == "reply" and post.from_a_run else None
 
     # -- recovery (the sweeper) ---------------------------------------------------------------------
 

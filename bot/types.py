@@ -21,7 +21,7 @@ class TerminationReason(StrEnum):
     """Why a run ended; every run has exactly one."""
 
     ANSWERED = "answered"
-    NOT_COVERED = "not_covered"  # an answer saying the policies do not cover it: every search found nothing
+    NOT_COVERED = "not_covered"  # an uncited answer after searching: nothing found, or "not in the policy"
     PENDING_CONFIRMATION = "pending_confirmation"
     STEP_BUDGET = "step_budget"
     TOKEN_BUDGET = "token_budget"
@@ -62,6 +62,7 @@ class Inbound:
     shared: bool = False  # read by others too (a channel, a thread, a group chat), not just the asker
     private_channel: bool = False  # the platform can reach the asker privately from here (a Slack DM)
     members: tuple[UserRef, ...] | None = None  # who can read the place, with groups, where known
+    files: tuple[str, ...] = ()  # names of the files attached: never read, and the reply says so
 
     @property
     def conversation_key(self) -> str:
@@ -128,10 +129,13 @@ class Citation:
     heading: str
     source: str
     audience: tuple[str, ...] = ()  # the document's groups; empty: public
+    abstract: str = ""  # the start of the cited passage, for a platform's citation preview
+    classification: str = ""  # the document's sensitivity ("confidential"), from its front matter
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Citation:
-        return cls(str(data["title"]), str(data["heading"]), str(data["source"]), tuple(data.get("audience") or ()))
+        return cls(str(data["title"]), str(data["heading"]), str(data["source"]), tuple(data.get("audience") or ()),
+                   str(data.get("abstract") or ""), str(data.get("classification") or ""))
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,7 @@ class Indexer:
             "chunking": self._chunking,
             "section": doc.section,
             "audience": list(doc.audience),
+            "classification": doc.classification,
             "root": root,
             "file": doc.file,
         }

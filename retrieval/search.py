@@ -184,6 +184,7 @@ def passage(score: float, payload: dict[str, Any], snippet_chars: int) -> Passag
         text=snippet(_body(payload), snippet_chars),
         section=payload.get("section"),
         audience=tuple(str(group) for group in payload.get("audience") or ()),
+        classification=payload.get("classification") or None,
     )
 
 

@@ -18,6 +18,7 @@ class Document:
     section: str | None = None
     audience: tuple[str, ...] = ()  # empty: everyone may see it
     file: str = ""  # the real path of the file it was loaded from ("" when not loaded from a file)
+    classification: str | None = None  # front matter `classification` ("confidential"), for citations
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Passage:
     text: str
     section: str | None = None
     audience: tuple[str, ...] = ()  # the document's; empty: everyone may read it
+    classification: str | None = None  # the document's sensitivity label, where its front matter gives one
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -10,6 +10,7 @@ import pytest
 import pytest_asyncio
 
 from retrieval import Embedder, PolicyIndex, RetrievalConfig
+from tests.fakes import conformance
 from tests.fakes.openai_server import FakeOpenAI, fake_openai_server
 
 pytest_plugins = ["tests.databases"]  # the store fixtures (SQLite and PostgreSQL), for every package
@@ -27,6 +28,16 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.upper().startswith(PLATFORM_VARS) and not name.upper().startswith(TEST_VARS):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def vendor_conformance() -> Iterator[None]:
+    """Every payload a fake Slack or Teams received is one the vendor accepts (tests/fakes/conformance.py):
+    a test that sent anything else fails here, even when it never looked at that payload."""
+    conformance.take()
+    yield
+    found = conformance.take()
+    assert not found, "payloads Slack or Teams would refuse:\n" + "\n".join(found[:20])
 
 
 @pytest_asyncio.fixture

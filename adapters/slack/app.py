@@ -37,7 +37,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.app_keys import SERVICE
-from adapters.slack.blocks import CANCEL, CONFIRM, HANDOFF, HELPFUL, NOT_HELPFUL
+from adapters.slack.blocks import CANCEL, CONFIRM, FEEDBACK, HANDOFF, HELPFUL, NOT_HELPFUL
 from adapters.slack.flows import Click, SlackBridge, Where
 from adapters.slack.inbound import BotIdentity, skip_reason, thread_of
 from adapters.slack.intake import (
@@ -485,10 +485,16 @@ def register_listeners(bolt: AsyncApp, bridge: SlackBridge) -> None:
     async def ack_only(ack: Any) -> None:
         await ack()
 
+    async def on_stopped(ack: Any, body: dict[str, Any], event: dict[str, Any]) -> None:
+        await ack()
+        if not _for_another_app(body, bridge.bot):
+            await bridge.stop(event, str(body.get("team_id") or ""))
+
     bolt.event("message")(on_message)
     bolt.event("app_mention")(on_message)
     bolt.event("assistant_thread_started")(on_thread_started)
     bolt.event("assistant_thread_context_changed")(ack_only)
+    bolt.event("agent_session_stopped")(on_stopped)
     _register_actions(bolt, bridge, start)
     bolt.error(_on_bolt_error)
 
@@ -508,6 +514,7 @@ def _register_actions(bolt: AsyncApp, bridge: SlackBridge, start: Callable[..., 
     bolt.action(CANCEL)(on_click(lambda c: bridge.decide(c, "cancel"), "cancel"))
     bolt.action(HELPFUL)(on_click(lambda c: bridge.feedback(c, "helpful"), "feedback"))
     bolt.action(NOT_HELPFUL)(on_click(lambda c: bridge.feedback(c, "not_helpful"), "feedback"))
+    bolt.action(FEEDBACK)(on_click(bridge.rate, "feedback"))
     bolt.action(HANDOFF)(on_click(bridge.handoff, "handoff"))
 
 

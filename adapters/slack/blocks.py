@@ -3,7 +3,8 @@
 Pure functions from core types to ``SlackMessage`` values, so the layout and Slack's limits can be
 tested without a server. Limits (NOTES.md): a section holds 3,000 characters, a message 50 blocks,
 and a message's blocks fail with ``msg_blocks_too_long`` at about 13,000 characters in all. Long
-answers are split into several messages; nothing is ever cut without saying so.
+answers, cards, give-ups, handoffs and notices are split into several messages the same way (``pack``);
+nothing is ever cut without saying so. tests/fakes/conformance.py checks every payload against them.
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ MESSAGE_CHARS = 12_000  # below the ~13,000 where Slack answers msg_blocks_too_l
 CONTEXT_ELEMENTS = 10
 MAX_MESSAGES = 8  # one answer never floods a thread; anything beyond is announced, not dropped silently
 FALLBACK_CHARS = 200
+FALLBACK_TEXT_CHARS = 40_000  # a message's ``text``: Slack's limit
+CARD_TAIL_CHARS = 1_500  # room after a card's body for its buttons and note, or any state line
 _FENCE_RESERVE = 8  # room to close and reopen a code block cut between two sections
 
 CONFIRM = "pp_confirm"
 CANCEL = "pp_cancel"
-HELPFUL = "pp_feedback_helpful"
+HELPFUL = "pp_feedback_helpful"  # the buttons of answers posted before the native feedback buttons
 NOT_HELPFUL = "pp_feedback_not_helpful"
+FEEDBACK = "pp_feedback"  # the native feedback_buttons element: its value says which, and for which run
+MARKDOWN_CHARS = 10_000  # an answer this long or shorter is one markdown block (Slack's limit: 12,000)
 HANDOFF = "pp_handoff"
 CARD_BLOCK = "pp_card_actions"
 CARD_FIELDS = ("category", "summary", "urgency")
@@ -155,9 +160,40 @@ def answer_messages(answer: Answer, run_id: str, *, actions: bool = True) -> lis
     ``actions`` False (a refusal, or a reply that opened a helpdesk case): no buttons, since there is
     no run for them to rate or hand off.
     """
+    tail = answer_tail(answer, run_id, actions=actions)
+    if (whole := markdown_message(answer, tail)) is not None:
+        return [whole]
     body = sections(to_mrkdwn(answer.text)) or [section("_(no answer text)_")]
-    tail = [*citation_blocks(answer.citations), *([reply_actions(run_id)] if actions else [])]
     return pack(body, tail, run_id)
+
+
+def answer_tail(answer: Answer, run_id: str, *, actions: bool = True) -> list[Block]:
+    """What follows an answer's text: the cited policies, then feedback and "Still need help?"."""
+    return [*citation_blocks(answer.citations), *(reply_actions(run_id) if actions else [])]
+
+
+def markdown_message(answer: Answer, tail: Sequence[Block]) -> SlackMessage | None:
+    """The answer as one ``markdown`` block (Slack renders its tables and lists), or None when it does not
+    fit one message: then it is split into mrkdwn sections instead."""
+    text = answer_markdown(answer)
+    blocks = [{"type": "markdown", "text": text}, *tail]
+    if not text or len(text) > MARKDOWN_CHARS or not _fits(blocks):
+        return None
+    return SlackMessage(_fallback([section(to_mrkdwn(answer.text))]), blocks)
+
+
+_MENTION = re.compile(r"<(?=[!@#])")  # <!channel>, <@U1>, <#C1>: a model's words never ping anyone
+
+
+def answer_markdown(answer: Answer) -> str:
+    """The model's Markdown for a markdown block or a stream: each cite a link to its policy where it has one."""
+    text = _MENTION.sub("&lt;", answer.text.strip())
+    for citation in answer.citations:
+        if citation.source.startswith(("https://", "http://")):
+            cite = " › ".join(part for part in (citation.title, citation.heading) if part)
+            link = f"[{cite}]({citation.source.replace(')', '%29').replace(' ', '%20')})"
+            text = re.sub(rf"\[{re.escape(cite)}\](?!\()", link.replace("\\", "\\\\"), text)
+    return text
 
 
 def citation_blocks(citations: Sequence[Citation]) -> list[Block]:
@@ -173,15 +209,35 @@ def _citation_line(citation: Citation) -> str:
     return f":page_facing_up: {escape(label)}"
 
 
-def reply_actions(run_id: str, *, handoff: bool = True) -> Block:
-    """Feedback on the run (stored with its trace) and, on request, a handoff to the helpdesk."""
-    elements = [
-        button(":thumbsup: Helpful", HELPFUL, run_id),
-        button(":thumbsdown: Not helpful", NOT_HELPFUL, run_id),
-    ]
+def reply_actions(run_id: str, *, handoff: bool = True) -> list[Block]:
+    """Slack's own thumbs (stored with the run's trace) and, on request, a handoff to the helpdesk."""
+    rate = {"type": "context_actions", "block_id": f"pp_rate_{run_id}"[:255], "elements": [feedback_buttons(run_id)]}
+    blocks = [rate]
     if handoff:
-        elements.append(button("Still need help?", HANDOFF, run_id))
-    return {"type": "actions", "block_id": f"pp_reply_{run_id}"[:255], "elements": elements}
+        help_button = button("Still need help?", HANDOFF, run_id)
+        blocks.append({"type": "actions", "block_id": f"pp_reply_{run_id}"[:255], "elements": [help_button]})
+    return blocks
+
+
+def feedback_buttons(run_id: str) -> Block:
+    """The native ``feedback_buttons`` element: one action id, the rating and the run in each value."""
+
+    def choice(label: str, said: str, rating: str) -> Block:
+        text = {"type": "plain_text", "text": label, "emoji": True}
+        return {"text": text, "accessibility_label": said, "value": f"{rating}:{run_id}"}
+
+    return {
+        "type": "feedback_buttons",
+        "action_id": FEEDBACK,
+        "positive_button": choice("Helpful", "This answer was helpful", "helpful"),
+        "negative_button": choice("Not helpful", "This answer was not helpful", "not_helpful"),
+    }
+
+
+def parse_feedback(value: str) -> tuple[str, str] | None:
+    """(rating, run id) from a feedback button's value; None for a value this release did not make."""
+    rating, _, run_id = value.partition(":")
+    return (rating, run_id) if rating in ("helpful", "not_helpful") and run_id else None
 
 
 def pack(body: Sequence[Block], tail: Sequence[Block], run_id: str) -> list[SlackMessage]:
@@ -259,8 +315,32 @@ def card_location(posted: dict[str, Any]) -> tuple[str, str] | None:
     return (str(channel), str(ts)) if channel and ts else None
 
 
+def card_messages(action: PendingAction) -> list[SlackMessage]:
+    """The card as it is posted: one message, or, with a body too long for one, the body split like an
+    answer and then a last message with the buttons (the message later clicks and updates refer to)."""
+    body = _card_body(action.text, action.tool, action.arguments)
+    if _card_fits(body):
+        return [card_message(action)]
+    return [*pack(body, [], action.id), _card_tail(action)]
+
+
+def _card_fits(body: Sequence[Block]) -> bool:
+    """Whether a card's body leaves room in one message for any tail: buttons and note, or a state line."""
+    return len(body) + 2 <= MAX_BLOCKS and blocks_size(body) + CARD_TAIL_CHARS <= MESSAGE_CHARS
+
+
+def _card_tail(action: PendingAction) -> SlackMessage:
+    return SlackMessage(f"Please confirm: {_summary(action.arguments)}", _card_actions(action))
+
+
 def card_message(action: PendingAction) -> SlackMessage:
     """A proposed write as a card: the model's words, the exact fields, Confirm and Cancel."""
+    blocks = [*_card_body(action.text, action.tool, action.arguments), *_card_actions(action)]
+    return SlackMessage(f"Please confirm: {_summary(action.arguments)}", blocks)
+
+
+def _card_actions(action: PendingAction) -> list[Block]:
+    """Confirm and Cancel, and who alone may confirm, until when."""
     value = button_value(action.id, action.args_hash)
     buttons = {
         "type": "actions",
@@ -271,18 +351,21 @@ def card_message(action: PendingAction) -> SlackMessage:
         f"Only <@{action.requester}> can confirm this. Nothing is created until then. "
         f"Expires {when(action.expires_at)}."
     )
-    blocks = [*_card_body(action.text, action.tool, action.arguments), buttons, note]
-    return SlackMessage(f"Please confirm: {_summary(action.arguments)}", blocks)
+    return [buttons, note]
 
 
 def card_view_message(view: CardView) -> SlackMessage:
-    """The card as it stands: open with its buttons, or the same body with who decided, when, and the result."""
+    """The card as it stands: open with its buttons, or the same body with who decided, when, and the result.
+
+    A card posted in parts (``card_messages``) is updated in its last part only: the buttons, or the state.
+    """
+    body = _card_body(view.text, view.tool, view.arguments)
     if view.buttons:
         action = PendingAction(view.pending_id, view.tool, view.arguments, view.args_hash, view.requester,
                                view.text, view.expires_at)
-        return card_message(action)
+        return card_message(action) if _card_fits(body) else _card_tail(action)
     line = f"{STATE_MARKS.get(view.state, '')} {status_line(view)}".strip()
-    blocks = [*_card_body(view.text, view.tool, view.arguments), context(line)]
+    blocks = [*body, context(line)] if _card_fits(body) else [context(line)]
     return SlackMessage(f"{_summary(view.arguments)}: {_plain(line)}", blocks)
 
 
@@ -340,22 +423,48 @@ def _plain(mrkdwn: str) -> str:
 # --- give-up, handoff, notices ---------------------------------------------------------------------
 
 
-def give_up_message(gave_up: GaveUp, run_id: str) -> SlackMessage:
-    """The honest message, and the helpdesk case id (or, until a case exists, the run id to quote)."""
+def give_up_messages(gave_up: GaveUp, run_id: str) -> list[SlackMessage]:
+    """The honest message, and the helpdesk case id (or, until a case exists, the run id to quote); split
+    like an answer when longer than one message holds. The text is converted and escaped, never raw Markdown."""
     if gave_up.case_id:
         ref = f"Helpdesk case *{escape(gave_up.case_id)}* · run `{run_id}`"
     else:
         ref = f"If you contact the helpdesk, quote reference `{run_id}`."
-    blocks = [*sections(to_mrkdwn(gave_up.text)), context(ref), reply_actions(run_id, handoff=not gave_up.case_id)]
-    return SlackMessage(_fallback(blocks), blocks)  # the converted, escaped text, never the raw Markdown
+    tail = [context(ref), *reply_actions(run_id, handoff=not gave_up.case_id)]
+    return pack(sections(to_mrkdwn(gave_up.text)), tail, run_id)
+
+
+def give_up_message(gave_up: GaveUp, run_id: str) -> SlackMessage:
+    """``give_up_messages`` for a text known to fit one message."""
+    return _one(give_up_messages(gave_up, run_id))
+
+
+def handoff_messages(text: str, case_id: str | None, run_id: str | None = None) -> list[SlackMessage]:
+    """What the helpdesk handoff says, with the case id (or a reference), split when too long for one message."""
+    ref = f"Helpdesk case *{escape(case_id)}*" if case_id else f"Reference `{run_id}`" if run_id else ""
+    return pack(sections(to_mrkdwn(text)), [context(ref)] if ref else [], case_id or run_id or "")
 
 
 def handoff_message(text: str, case_id: str | None, run_id: str | None = None) -> SlackMessage:
-    ref = f"Helpdesk case *{escape(case_id)}*" if case_id else f"Reference `{run_id}`" if run_id else ""
-    blocks = [*sections(to_mrkdwn(text)), *([context(ref)] if ref else [])]
-    return SlackMessage(_fallback(blocks), blocks)
+    """``handoff_messages`` for a text known to fit one message."""
+    return _one(handoff_messages(text, case_id, run_id))
+
+
+def notice_messages(mrkdwn: str) -> list[SlackMessage]:
+    """A message without a run (errors, hints, a private part); the text is already mrkdwn. Split like an
+    answer when longer than one message holds; one that fits notifies with its whole text."""
+    body = sections(mrkdwn)
+    if _fits(body) and len(mrkdwn) <= FALLBACK_TEXT_CHARS:
+        return [SlackMessage(_plain(mrkdwn), body)]
+    return pack(body, [], "")
 
 
 def notice_message(mrkdwn: str) -> SlackMessage:
-    """A one-section message (errors, hints); the text is already mrkdwn."""
-    return SlackMessage(_plain(mrkdwn), sections(mrkdwn))
+    """``notice_messages`` for a text known to fit one message."""
+    return _one(notice_messages(mrkdwn))
+
+
+def _one(messages: list[SlackMessage]) -> SlackMessage:
+    if len(messages) != 1:
+        raise ValueError(f"{len(messages)} messages where one was expected: post them all")
+    return messages[0]

@@ -14,11 +14,13 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from adapters.slack.blocks import card_view_message, clicked_card, mention, parse_button_value
+from adapters.slack.blocks import card_view_message, clicked_card, mention, parse_button_value, parse_feedback
 from adapters.slack.inbound import BotIdentity, conversation_key, thread_of, to_inbound
 from adapters.slack.members import ChannelMembers
 from adapters.slack.post import SlackPoster, SlackWriter
 from adapters.slack.users import UserDirectory
+from bot.agent import WORKING, Progress
+from bot.attachments import files_not_read
 from bot.cards import CardView
 from bot.delivery import Address
 from bot.service import PolicyPal
@@ -115,13 +117,32 @@ class SlackBridge:
         if inbound.shared and self.members is not None:
             inbound = replace(inbound, members=await self.members.of(channel))
         address = Address("slack", channel, thread, user=user.id, user_name=user.name)
-        if not inbound.text:
-            await self.service.notice(address, EMPTY_QUESTION_HINT, conversation_key=inbound.conversation_key)
+        key = inbound.conversation_key
+        if not inbound.text:  # nothing to answer; attached files are never read, and the person is told so
+            hint = files_not_read(inbound.files, question=False) if inbound.files else EMPTY_QUESTION_HINT
+            await self.service.notice(address, hint, conversation_key=key)
             return
-        # Assistant threads are DM threads; elsewhere setStatus fails quietly and nothing is shown.
-        if event.get("channel_type") == "im" and event.get("thread_ts"):
-            await self.poster.set_status(channel, thread, STATUS_WORKING)
-        await self.service.handle_message(inbound)
+        await self.service.handle_message(inbound, progress=await self._status(channel, thread))
+
+    async def _status(self, channel: str, thread: str) -> Progress | None:
+        """The thread's status line now, and a hook that keeps it saying what the run does (bot.agent.progress).
+
+        AI-app threads (assistant and agent threads, in DMs and channels) have a status line; elsewhere
+        Slack refuses the first call, and the run is not slowed by more.
+        """
+        if not await self.poster.set_status(channel, thread, STATUS_WORKING, loading=[WORKING]):
+            return None
+
+        async def progress(text: str) -> None:
+            await self.poster.set_status(channel, thread, STATUS_WORKING, loading=[text])
+
+        return progress
+
+    async def stop(self, event: dict[str, Any], team_id: str) -> None:
+        """Slack's stop button on a working session: the thread's run is cancelled (it gives up and hands off)."""
+        channel, thread = str(event.get("channel") or ""), str(event.get("thread_ts") or "")
+        stopped = self.service.stop(conversation_key(team_id or self.bot.team_id, channel, thread))
+        log.info("stop pressed in %s/%s: %d run(s) cancelled here", channel, thread, stopped)
 
     # --- Confirm / Cancel --------------------------------------------------------------------------
 
@@ -140,6 +161,15 @@ class SlackBridge:
         )
 
     # --- feedback and handoff ----------------------------------------------------------------------
+
+    async def rate(self, click: Click) -> None:
+        """A click on the native thumbs: the value says which, and for which run."""
+        parsed = parse_feedback(click.value)
+        if parsed is None:
+            log.warning("feedback click with a value this release did not make: %r", click.value[:80])
+            return
+        rating, run_id = parsed
+        await self.feedback(replace(click, value=run_id), "helpful" if rating == "helpful" else "not_helpful")
 
     async def feedback(self, click: Click, rating: Rating) -> None:
         """Store helpful / not helpful with the run's trace; only the clicker sees the thanks."""

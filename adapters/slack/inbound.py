@@ -93,7 +93,14 @@ def to_inbound(
         starts_thread=not event.get("thread_ts"),  # a top-level message opens its thread: no history to read
         shared=not is_direct_message(event),
         private_channel=True,  # the person's DM with the app
+        files=file_names(event),
     )
+
+
+def file_names(event: dict[str, Any]) -> tuple[str, ...]:
+    """The names of the files shared with the message (never downloaded or read)."""
+    files = event.get("files") or []
+    return tuple(str(f.get("name") or f.get("title") or "a file") for f in files if isinstance(f, dict))
 
 
 def is_direct_message(event: dict[str, Any]) -> bool:

@@ -23,7 +23,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.blocks import SlackMessage
+from adapters.slack.blocks import Block, SlackMessage
 from adapters.slack.inbound import BotIdentity
 from bot.errors import RemoteError
 
@@ -117,6 +117,31 @@ class SlackWriter:
         except Exception as exc:
             raise self._refused("chat.postEphemeral", exc, channel) from None
 
+    async def start_stream(self, channel: str, thread_ts: str, user: str, markdown: str) -> str:
+        """Begin a streamed reply in a thread, to ``user`` (Slack needs the recipient outside a DM); its ts."""
+        try:
+            response = await self.client.chat_startStream(
+                channel=channel, thread_ts=thread_ts, markdown_text=markdown,
+                recipient_user_id=user or None, recipient_team_id=self.bot.team_id if user else None,
+            )
+        except Exception as exc:
+            raise self._refused("chat.startStream", exc, channel) from None
+        return str(response["ts"])
+
+    async def append_stream(self, channel: str, ts: str, markdown: str) -> None:
+        try:
+            await self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=markdown)
+        except Exception as exc:
+            raise self._refused("chat.appendStream", exc, channel) from None
+
+    async def stop_stream(self, channel: str, ts: str, blocks: list[Block], *, row: int, part: int) -> None:
+        """End a stream: ``blocks`` go under the text, and the row's metadata on the message (for ``find``)."""
+        metadata = {"event_type": METADATA_TYPE, "event_payload": {"row": row, "part": part}}
+        try:
+            await self.client.chat_stopStream(channel=channel, ts=ts, blocks=blocks, metadata=metadata)
+        except Exception as exc:
+            raise self._refused("chat.stopStream", exc, channel) from None
+
     async def find(self, channel: str, thread_ts: str | None, *, row: int, part: int) -> str | None:
         """The ts of a message this row's earlier attempt posted, if Slack has it."""
         try:
@@ -204,10 +229,14 @@ class SlackPoster:
             return None
         return str(response.get("permalink") or "") or None
 
-    async def set_status(self, channel: str, thread_ts: str, status: str) -> bool:
-        """The assistant thread's "is thinking…" line; only AI-app threads have one, so failure is quiet."""
+    async def set_status(self, channel: str, thread_ts: str, status: str, *, loading: Sequence[str] = ()) -> bool:
+        """The thread's status line ("is thinking…"), with ``loading`` messages Slack shows in turn; threads
+        without one (not an AI app's) refuse it, so failure is quiet."""
+        extra: dict[str, Any] = {"loading_messages": list(loading)} if loading else {}
         try:
-            call = self.client.assistant_threads_setStatus(channel_id=channel, thread_ts=thread_ts, status=status)
+            call = self.client.assistant_threads_setStatus(
+                channel_id=channel, thread_ts=thread_ts, status=status, **extra
+            )
             await asyncio.wait_for(call, NICE_TO_HAVE_S)
         except Exception as exc:
             log.debug("assistant.threads.setStatus failed for %s/%s: %s", channel, thread_ts, slack_error(exc))

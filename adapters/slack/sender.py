@@ -1,5 +1,7 @@
 """The outbox's Slack sender: each row's ``Post`` rendered as Block Kit and written with the Web API.
 
+A run's answer that fits one message is written out as Slack's native stream (adapters/slack/streaming.py:
+the committed answer in chunks, its stream's ts saved on the row like a post's); anything else is posted.
 A reply may be several messages (a long answer is split); each part posted is saved on the row
 (``Delivery.save``), so a retry, in any process, goes on from the next part. When an earlier attempt
 may have gone through without its outcome being recorded (its process died), the sender first looks
@@ -14,14 +16,18 @@ from typing import TYPE_CHECKING
 
 from adapters.slack.blocks import (
     SlackMessage,
+    answer_markdown,
     answer_messages,
-    card_message,
+    answer_tail,
+    card_messages,
     card_view_message,
-    give_up_message,
-    handoff_message,
-    notice_message,
+    give_up_messages,
+    handoff_messages,
+    markdown_message,
+    notice_messages,
 )
 from adapters.slack.post import CHANNEL_ERRORS, SlackWriter
+from adapters.slack.streaming import SlackStreams, StreamedAnswer
 from bot.cards import CardView
 from bot.delivery import Delivery, Post, post_destination
 from bot.errors import RemoteError
@@ -40,9 +46,10 @@ class SlackSender:
 
     destinations = (post_destination("slack"),)
 
-    def __init__(self, writer: SlackWriter, service: PolicyPal) -> None:
+    def __init__(self, writer: SlackWriter, service: PolicyPal, streams: SlackStreams | None = None) -> None:
         self._writer = writer
         self._service = service
+        self._streams = streams or SlackStreams(writer)
 
     def label(self, row: DeliveryRecord) -> str:
         return f"slack post {row.id}"
@@ -61,7 +68,10 @@ class SlackSender:
             await self._writer.ephemeral(where.channel, where.user, where.thread or None, post.text)
             return None
         if post.kind == "direct":  # to the person's DM with the app: the thread could not be reached
-            return await self._writer.post(where.user, None, self._direct(post), row=row.id, part=0)
+            posted = await self._post_parts(row, delivery, where.user, "", self._direct(post))
+            return posted[-1] if posted else None
+        if (streamed := self._streamed(post)) is not None:  # an answer in one message: written out as a stream
+            return await self._streams.deliver(row, delivery, (where.channel, where.thread, where.user), streamed)
         messages = self._messages(post)
         posted = await self._post_parts(row, delivery, where.channel, where.thread, messages)
         outcome = post.reply_outcome() if post.kind == "reply" else None
@@ -70,32 +80,43 @@ class SlackSender:
             await self._service.card_posted(outcome.action.id, ref)
         return posted[-1] if posted else None
 
-    def _direct(self, post: Post) -> SlackMessage:
+    def _direct(self, post: Post) -> list[SlackMessage]:
         """Why the reply is here and not in the thread, how to fix it, and the case that follows it up;
         or the part of a thread's answer that only this person may read."""
         if post.reason == PRIVATE_PART:
             intro = f"About your question in <#{post.address.channel}>, from documents not everyone there may read:"
-            return notice_message(f"{intro}\n\n{post.text}")
+            return notice_messages(f"{intro}\n\n{post.text}")
         error = (post.reason or "").rpartition(": ")[2] or "an error"
         bot = self._writer.bot.name or "PolicyPal"
         fix = f"Invite me there with `/invite @{bot}`, or ask me here." if error in CHANNEL_ERRORS else ""
         text = f"I couldn't post my reply in <#{post.address.channel}> (Slack said `{error}`). {fix} {post.text}"
-        return notice_message(" ".join(text.split()))
+        return notice_messages(" ".join(text.split()))
+
+    def _streamed(self, post: Post) -> StreamedAnswer | None:
+        """A run's answer that fits one message, in a thread, where Slack streams: else None (posted)."""
+        if post.kind != "reply" or not post.address.thread or not self._streams.available:
+            return None
+        outcome = post.reply_outcome()
+        if not isinstance(outcome, Answer):
+            return None
+        tail = answer_tail(outcome, post.run_id or "", actions=post.from_a_run)
+        whole = markdown_message(outcome, tail)
+        return StreamedAnswer(answer_markdown(outcome), tail, whole) if whole is not None else None
 
     def _messages(self, post: Post) -> list[SlackMessage]:
         if post.kind == "notice":
             if post.case_id and post.run_id:  # a run recovered from a dead process: its give-up
                 gave_up = GaveUp(TerminationReason.CANCELLED, post.text, case_id=post.case_id)
-                return [give_up_message(gave_up, post.run_id)]
+                return give_up_messages(gave_up, post.run_id)
             if post.case_id:
-                return [handoff_message(post.text, post.case_id)]
-            return [notice_message(post.text)]
+                return handoff_messages(post.text, post.case_id)
+            return notice_messages(post.text)
         outcome = post.reply_outcome()
         if isinstance(outcome, Answer):
             return answer_messages(outcome, post.run_id or "", actions=post.from_a_run)
         if isinstance(outcome, Pending):
-            return [card_message(outcome.action)]
-        return [give_up_message(outcome, post.run_id or "")]
+            return card_messages(outcome.action)
+        return give_up_messages(outcome, post.run_id or "")
 
     async def _post_parts(
         self, row: DeliveryRecord, delivery: Delivery, channel: str, thread: str, messages: list[SlackMessage]

@@ -23,6 +23,7 @@ from bot.types import Inbound, UserRef
 Activity = dict[str, Any]
 
 THREAD_MARKER = ";messageid="
+FILE_DOWNLOAD = "application/vnd.microsoft.teams.file.download.info"  # a file shared in a chat
 GUEST_ROLES = frozenset({"guest", "anonymous"})
 _AT_TAG = re.compile(r"</?at>", re.IGNORECASE)
 
@@ -109,7 +110,20 @@ def to_inbound(activity: Activity, user: UserRef) -> Inbound:
         address=reference_of(activity),  # so the thread can be told things later (crash recovery)
         shared=conversation_type(activity) != "personal",  # a channel or a group chat: read by its members
         private_channel=True,  # the person's personal chat with the bot, opened when needed (sender.py)
+        files=file_names(activity),
     )
+
+
+def file_names(activity: Activity) -> tuple[str, ...]:
+    """The files and images attached to a message (never downloaded or read); not the HTML copy of the
+    text, nor cards, which Teams sends as attachments too."""
+    names = []
+    for attachment in activity.get("attachments") or []:
+        kind = str((attachment or {}).get("contentType") or "")
+        if kind == FILE_DOWNLOAD or kind.startswith("image/"):
+            fallback = "an image" if kind.startswith("image/") else "a file"
+            names.append(str(attachment.get("name") or fallback))
+    return tuple(names)
 
 
 def address_of(activity: Activity, user: UserRef) -> Address:

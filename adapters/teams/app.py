@@ -64,6 +64,7 @@ Json = dict[str, Any]
 AuthMode = Literal["credentials", "unauthenticated", "off"]
 ROUTE = "/api/messages"
 CARD_ACTION = "adaptiveCard/action"
+SUBMIT_ACTION = "message/submitAction"  # the feedback loop's thumbs (channelData.feedbackLoopEnabled)
 
 # The activity exactly as posted: the SDK's model objects drop fields Teams sends (mention text,
 # conversation.tenantId), and the bot works on protocol JSON anyway.
@@ -272,6 +273,9 @@ class _Handler(TeamsActivityHandler):
         await _written_down(self.bot.on_members_added(_activity_json(turn_context)))
 
     async def on_invoke_activity(self, turn_context: TurnContext) -> InvokeResponse | None:
+        if turn_context.activity.name == SUBMIT_ACTION:  # Teams' feedback loop: stored, then a plain 200
+            await self.bot.on_feedback_loop(_activity_json(turn_context))
+            return InvokeResponse(status=HTTPStatus.OK)
         if turn_context.activity.name != CARD_ACTION:
             return await super().on_invoke_activity(turn_context)
         body = await _written_down(self.bot.on_card_action(_activity_json(turn_context)))
@@ -289,6 +293,25 @@ def _invoke_body(body: Json) -> Any:
     if isinstance(body["value"], dict):
         return AdaptiveCardInvokeResponse(status_code=body["statusCode"], type=body["type"], value=body["value"])
     return _MessageAnswer(status_code=body["statusCode"], type=body["type"], value=body["value"])
+
+
+class _Entity(Model):
+    """An activity entity with all its fields: botbuilder's ``Entity`` model serializes ``type`` alone."""
+
+    _attribute_map = {  # noqa: RUF012  (msrest reads it from the class)
+        "additional_properties": {"key": "", "type": "{object}"},
+        "type": {"key": "type", "type": "str"},
+    }
+
+    def __init__(self, *, type: str, additional_properties: Json) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # msrest leaves it unannotated
+        self.type = type
+        self.additional_properties = additional_properties
+
+    @classmethod
+    def of(cls, entity: Json) -> _Entity:
+        return cls(type=str(entity.get("type") or ""), additional_properties={k: v for k, v in entity.items()
+                                                                              if k != "type"})
 
 
 class _MessageAnswer(Model):
@@ -428,6 +451,8 @@ class BotFrameworkConnector:
         ref = ConversationReference().deserialize(reference)
         outgoing = TurnContext.apply_conversation_reference(Activity().deserialize(activity), ref)
         outgoing.reply_to_id = None
+        if activity.get("entities"):  # msrest's Entity keeps only ``type``: the label, citations, stream info
+            outgoing.entities = [_Entity.of(entity) for entity in activity["entities"]]
         result: list[Any] = []
         failed: list[Exception] = []
 

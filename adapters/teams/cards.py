@@ -27,6 +27,7 @@ CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
 MESSAGE_CONTENT_TYPE = "application/vnd.microsoft.activity.message"  # an invoke answer that keeps the card
 CARD_VERSION = "1.5"
 CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
+TEAMS_WIDTH = "full"  # msteams.width as microsoft-teams-cards' TeamsCardProperties types it
 
 CONFIRM, CANCEL, FEEDBACK, HANDOFF = "confirm", "cancel", "feedback", "handoff"
 FACT_FIELDS = (("category", "Category"), ("summary", "Summary"), ("urgency", "Urgency"), ("details", "Details"))
@@ -50,11 +51,15 @@ WELCOME_TEXT = (
 
 
 def card(body: list[Json], actions: list[Json] | None = None) -> Json:
-    """An Adaptive Card 1.5 (full width in Teams, so fact values are not squeezed)."""
+    """An Adaptive Card 1.5 (full width in Teams, so fact values are not squeezed).
+
+    ``"full"`` in lower case: the value Microsoft's Teams SDK card model accepts (its docs also show
+    ``"Full"``; Teams renders either).
+    """
     content: Json = {"type": "AdaptiveCard", "$schema": CARD_SCHEMA, "version": CARD_VERSION, "body": body}
     if actions:
         content["actions"] = actions
-    content["msteams"] = {"width": "Full"}
+    content["msteams"] = {"width": TEAMS_WIDTH}
     return content
 
 

@@ -50,6 +50,7 @@ from adapters.teams.activity import (
     addressed_to_bot,
     clicked_card,
     conversation_key,
+    conversation_type,
     deep_link,
     reference_of,
     tenant_allowed,
@@ -60,6 +61,9 @@ from adapters.teams.activity import (
 from adapters.teams.connector import Connector, Json
 from adapters.teams.dedupe import handled_by_older_release, inbox_id
 from adapters.teams.sender import TeamsSender
+from adapters.teams.streaming import TeamsStreams
+from bot.agent import WORKING
+from bot.attachments import files_not_read
 from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
 from bot.errors import RemoteError
@@ -69,7 +73,7 @@ from bot.replies import DecisionReply
 from bot.runtime import BackgroundTasks, ExpiringCache
 from bot.service import PolicyPal
 from bot.store import InboxRecord
-from bot.types import UserRef
+from bot.types import Inbound, UserRef
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +230,7 @@ class TeamsBot:
         self._answers = _Answers(self.options.answer_ttl_s)
         self._results = _Results(self.options.answer_ttl_s)
         self._started = datetime.now(UTC)  # activities sent before this may have met an older release
+        self._streams = TeamsStreams(connector)  # personal chats' streams: begun by a run, ended by its reply
 
     def register(self) -> None:
         """Handle this platform's inbox items and send its outbox rows here (at start)."""
@@ -234,7 +239,7 @@ class TeamsBot:
         inbox.register(WELCOME, self._work_welcome)  # a welcome lost for good is not worth an apology
         inbox.register(CLICK, self._work_click, on_failure=self._failed)
         inbox.register(HANDOFF, self._work_handoff, on_failure=self._failed)
-        self.service.outbox.register(TeamsSender(self.connector, self.service))
+        self.service.outbox.register(TeamsSender(self.connector, self.service, self._streams))
 
     # --- before the HTTP answer: written down, or not acknowledged ------------------------------
 
@@ -316,18 +321,31 @@ class TeamsBot:
             log.info("teams: tenant %r is not allowed; refusing politely", tenant_of(activity))
             await self._notice(activity, user_of(activity, self.options.groups), cards.REFUSAL_TEXT)
             return
-        typing = self._tasks.spawn(self._keep_typing(reference), name="teams-typing")
+        personal = conversation_type(activity) == "personal"  # streams there: no typing dots beside them
+        typing = None if personal else self._tasks.spawn(self._keep_typing(reference), name="teams-typing")
         try:
             user = await self._user(activity, reference)
             inbound = to_inbound(activity, user)
             if inbound.shared and self.options.members_cap is not None:
                 inbound = replace(inbound, members=await self._place_members(activity, reference))
             if not inbound.text:
-                await self._notice(activity, user, cards.EMPTY_TEXT)
+                await self._notice(activity, user, files_not_read(inbound.files, question=False) if inbound.files
+                                   else cards.EMPTY_TEXT)
                 return
-            await self.service.handle_message(inbound)  # the reply goes out through the outbox
+            await self._run(inbound, reference, personal=personal)  # the reply goes out through the outbox
         finally:
-            typing.cancel()
+            if typing is not None:
+                typing.cancel()
+
+    async def _run(self, inbound: Inbound, reference: Json, *, personal: bool) -> None:
+        """The run, with its progress as the chat's informative stream updates in a personal chat."""
+        key = inbound.conversation_key
+        progress = self._streams.progress(key, reference) if personal else None
+        if progress is not None:
+            with contextlib.suppress(Exception):  # a status line is never worth failing the run for
+                await progress(WORKING)
+        if await self.service.handle_message(inbound, progress=progress) is None:
+            self._streams.forget(key)  # another process answered: no reply from here continues the stream
 
     async def _work_welcome(self, item: InboxRecord) -> None:
         activity: Activity = item.payload["activity"]
@@ -451,6 +469,25 @@ class TeamsBot:
             self._names.put(str(sender["aadObjectId"]), str(sender["name"]))
 
     # --- feedback -------------------------------------------------------------------------------
+
+    async def on_feedback_loop(self, activity: Activity) -> bool:
+        """Teams' own thumbs on an answer (a ``message/submitAction`` invoke): stored with the run, as Slack's
+        are. The invoke names the message, not the run: the outbox row that posted it does. The comment
+        Teams asks for is not kept (the store holds the rating and who gave it)."""
+        value = activity.get("value") or {}
+        action = value.get("actionValue") or {}
+        reaction = action.get("reaction") if value.get("actionName") == "feedback" else None
+        rating = {"like": "helpful", "dislike": "not_helpful"}.get(str(reaction))
+        message_id = str(activity.get("replyToId") or "")
+        if rating is None or not message_id or not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
+            log.info("teams: feedback invoke %s not understood; ignored", activity.get("id"))
+            return False
+        user = user_of(activity, self.options.groups)
+        run_id = await self.service.run_of_post("teams", conversation_key(activity, user), message_id)
+        if run_id is None:
+            log.info("teams: feedback on message %s, which is no answer on record", message_id)
+            return False
+        return await self.service.feedback(run_id, "helpful" if rating == "helpful" else "not_helpful", user.id)
 
     async def _feedback(self, user: UserRef, data: Json) -> Json:
         run_id, value = data.get("run_id"), data.get("value")

@@ -4,7 +4,10 @@ Replies, notices and card updates reach Teams only through here, from whichever 
 row: so a reply committed by a process that died is still posted, once, by another. What each kind
 becomes:
 
-* ``reply``: the run's outcome (adapters/teams/cards.py). A ticket card also records where it was
+* ``reply``: the run's outcome. An answer carries the AI label, native citations and the feedback
+  loop, split to stay within Teams' size limit (adapters/teams/answers.py); in a personal chat one that
+  fits one message is streamed, and any other reply there ends the stream its run's progress began
+  (adapters/teams/streaming.py). Cards and give-ups: adapters/teams/cards.py. A ticket card also records where it was
   posted (``pending.set_platform_message``: the reference, its activity id, the requester's name),
   so clicks, the sweeper and later card rows can update it in place. A channel that answers without
   an id showed the card but it cannot be updated later: then nothing is recorded.
@@ -30,19 +33,22 @@ row before anything else, so a failure after the post never posts the card a sec
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.teams import cards
 from adapters.teams.activity import THREAD_MARKER, conversation_type, tenant_of_reference, thread_of_reference
+from adapters.teams.answers import answer_activities
 from adapters.teams.connector import Connector, Json, remote_error
+from adapters.teams.streaming import TeamsStreams
 from bot.cards import CardView
 from bot.delivery import Delivery, Post, post_destination
 from bot.errors import RemoteError
 from bot.replies import PRIVATE_PART
 from bot.store import DeliveryRecord
-from bot.types import Pending
+from bot.types import Answer, Pending
 
 if TYPE_CHECKING:
     from bot.service import PolicyPal
@@ -60,9 +66,10 @@ class TeamsSender:
 
     destinations = (post_destination("teams"),)
 
-    def __init__(self, connector: Connector, service: PolicyPal) -> None:
+    def __init__(self, connector: Connector, service: PolicyPal, streams: TeamsStreams | None = None) -> None:
         self._connector = connector
         self._service = service
+        self._streams = streams or TeamsStreams(connector)
         self._chats: dict[tuple[str, str], Json] = {}  # (tenant, Teams user id) -> personal chat reference
 
     def label(self, row: DeliveryRecord) -> str:
@@ -81,10 +88,10 @@ class TeamsSender:
                         row.id)
         reference = await self._reference(row, post)
         outcome = post.reply_outcome() if post.kind == "reply" else None
-        posted = delivery.progress  # a ticket card posted by an earlier attempt: not posted again
+        # a ticket card posted by an earlier attempt is not posted again
+        posted = delivery.progress if isinstance(outcome, Pending) else None
         if not posted:
-            activity = self._activity(post)
-            posted = await _remote(self._connector.send(reference, activity), f"post {row.id}")
+            posted = await _remote(self._post(row, post, reference, delivery), f"post {row.id}")
         if isinstance(outcome, Pending) and posted:
             await delivery.save(posted)  # before the store write below: a retry must not post the card again
             where = {"reference": reference, "activity_id": posted, "requester_name": _requester_name(post)}
@@ -94,12 +101,33 @@ class TeamsSender:
                         row.id, outcome.action.id)
         return posted or None
 
-    def _activity(self, post: Post) -> Json:
+    async def _post(self, row: DeliveryRecord, post: Post, reference: Json, delivery: Delivery) -> str:
+        """Post the row's messages in order; in a personal chat an answer in one message is streamed, and
+        any other reply ends the stream its run began (adapters/teams/streaming.py)."""
+        activities = self._activities(post)
+        key, personal = row.conversation_key or "", conversation_type({"conversation": reference.get("conversation")})
+        if personal == "personal" and len(activities) == 1 and post.kind == "reply":  # a notice leaves the stream be
+            if isinstance(post.reply_outcome(), Answer):
+                return await self._streams.deliver(key, reference, delivery, activities[0], grow=True)
+            return await self._streams.finish(key, reference, activities[0])
+        posted: list[str] = json.loads(delivery.progress) if delivery.progress else []
+        for part in range(len(posted), len(activities)):  # a long answer: each part saved before the next
+            ends_stream = part == 0 and personal == "personal" and post.kind == "reply"  # the run's progress
+            sent = self._streams.finish(key, reference, activities[part]) if ends_stream else self._connector.send(
+                reference, activities[part])
+            posted.append(await sent)
+            if part < len(activities) - 1:
+                await delivery.save(json.dumps(posted))
+        return posted[-1] if posted else ""
+
+    def _activities(self, post: Post) -> list[Json]:
         if post.kind == "notice":
-            return cards.notice_activity(post.text, run_id=post.run_id, case_id=post.case_id)
-        return cards.reply_activity(
-            post.reply_outcome(), post.run_id or "", from_a_run=post.from_a_run, requester_name=_requester_name(post)
-        )
+            return [cards.notice_activity(post.text, run_id=post.run_id, case_id=post.case_id)]
+        outcome = post.reply_outcome()
+        if isinstance(outcome, Answer):  # the AI label, citations, the feedback loop, within Teams' size
+            return answer_activities(outcome, post.run_id or "", from_a_run=post.from_a_run)
+        return [cards.reply_activity(outcome, post.run_id or "", from_a_run=post.from_a_run,
+                                     requester_name=_requester_name(post))]
 
     async def _direct(self, row: DeliveryRecord, post: Post) -> str | None:
         """To the person's personal chat; a private part Teams will not let us send there is owned up to instead."""

@@ -11,6 +11,7 @@ from bot.agent.compaction import thread_context
 from bot.agent.decided import DecidedWrite, Verdict, decided_write
 from bot.agent.loop import SYSTEM_PROMPT, AgentDeps, LoopSettings, RunResult, run_agent
 from bot.agent.pricing import Price, PriceTable
+from bot.agent.progress import WORKING, Progress
 from bot.agent.state import PendingTurn, RunState
 from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
@@ -19,6 +20,7 @@ from bot.agent.turn import GUARDS, ProposedWrite, TurnLimits, execute_confirmed
 __all__ = [
     "GUARDS",
     "SYSTEM_PROMPT",
+    "WORKING",
     "AgentDeps",
     "Budget",
     "Budgets",
@@ -29,6 +31,7 @@ __all__ = [
     "PendingTurn",
     "Price",
     "PriceTable",
+    "Progress",
     "ProposedWrite",
     "RunResult",
     "RunState",

@@ -32,6 +32,7 @@ class RunState:
     seen_calls: set[str] = field(default_factory=set)
     searches: int = 0
     empty_searches: int = 0  # searches that ran and found no passage (all of them: a not_covered answer)
+    failed_searches: int = 0  # searches whose tool raised: they say nothing about what the policies cover
     repeat_turns: int = 0
     sources: dict[str, Citation] = field(default_factory=dict)  # cite -> where it came from
     pending_turn: PendingTurn | None = None
@@ -58,6 +59,7 @@ class RunState:
             "seen_calls": sorted(self.seen_calls),
             "searches": self.searches,
             "empty_searches": self.empty_searches,
+            "failed_searches": self.failed_searches,
             "repeat_turns": self.repeat_turns,
             "sources": {cite: asdict(c) for cite, c in self.sources.items()},
             "pending_turn": asdict(self.pending_turn) if self.pending_turn else None,
@@ -85,6 +87,7 @@ class RunState:
             seen_calls=set(data["seen_calls"]),
             searches=data["searches"],
             empty_searches=data.get("empty_searches", 0),  # saved before not_covered: none counted
+            failed_searches=data.get("failed_searches", 0),
             repeat_turns=data["repeat_turns"],
             sources={cite: Citation.from_json(c) for cite, c in data["sources"].items()},
             pending_turn=PendingTurn(**pending) if pending else None,

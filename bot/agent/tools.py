@@ -52,6 +52,7 @@ class Tool:
     allowed_groups: frozenset[str] | None = None  # None: every user
     guests_allowed: bool | None = None  # None: reads yes, writes no
     parameters_for: Callable[[tuple[str, ...]], dict[str, Any]] | None = None  # as offered to these readers
+    activity: Callable[[dict[str, Any]], str] | None = None  # what the person is told while it runs
 
     def schema(self, groups: tuple[str, ...] | None = None) -> dict[str, Any]:
         """The schema offered to the model; with ``groups``, described for those readers only.

@@ -27,6 +27,7 @@ REPEATED_CALL = "You already called {name} with exactly these arguments in this 
 ANOTHER_PENDING = "Not run: another action in this turn is already waiting for the user's confirmation."
 AWAITING_CONFIRMATION = "proposed: waiting for the requester to confirm or cancel"
 PREVIEW_CHARS = 1_000
+ABSTRACT_CHARS = 300  # of a cited passage, kept with its citation (a platform shows less: Teams 160)
 # The guards that refuse a call, as a refused call's step names them (``Step.guard``): traces and evals count them.
 UNKNOWN_TOOL = "unknown_tool"
 INVALID_ARGUMENTS = "invalid_arguments"
@@ -193,6 +194,8 @@ async def _execute(ready: _Ready, step: Step, context: ToolContext, state: RunSt
             state.empty_searches += 1
     except Exception as exc:  # a failing tool is an observation, never the end of the run
         log.exception("tool %s raised", ready.tool.name)
+        if ready.tool.name == limits.search_tool:
+            state.failed_searches += 1
         content = _cap(_error(f"{ready.tool.name} failed: {type(exc).__name__}: {exc}"), result_chars)
         step.error = f"{type(exc).__name__}: {exc}"[:PREVIEW_CHARS]
     step.latency_ms = watch.ms()
@@ -217,7 +220,10 @@ def _collect_sources(result: dict[str, Any], state: RunState) -> None:
         if cite:
             title, _, heading = cite.partition(" › ")
             readers = tuple(str(group) for group in item.get("audience") or ())
-            state.sources[cite] = Citation(title, heading, str(item.get("source", "")), readers)
+            abstract = " ".join(str(item.get("text") or "").split())[:ABSTRACT_CHARS]
+            state.sources[cite] = Citation(
+                title, heading, str(item.get("source", "")), readers, abstract, str(item.get("classification") or "")
+            )
 
 
 def _passages(result: dict[str, Any]) -> list[Any]:

@@ -20,12 +20,23 @@ CASE_PREFIX = "HD"
 CASE_OFFSET = 1000  # HD-1001 is the first case, like IT-1001 for local tickets
 DEFAULT_REPLY_WITHIN = "one working day"
 TRANSCRIPT_VERSION = 1
-THREADED_PLATFORMS = ("slack", "teams")
+PLATFORM_NAMES = {"slack": "Slack", "teams": "Teams"}
+TEAMS_CHANNEL_MARKERS = ("@thread.tacv2", "@thread.skype")  # a team's channel; a group chat is @thread.v2
 _CASE_ID = re.compile(rf"^{CASE_PREFIX}-(\d+)$", re.I)
 
 
 def case_id_for(number: int) -> str:
     return f"{CASE_PREFIX}-{number + CASE_OFFSET}"
+
+
+def staff_can_post(platform: str, channel: str, thread: str) -> bool:
+    """Whether helpdesk staff can answer in the conversation itself: a channel's thread, not a DM or a
+    personal chat (only the person and the app are in it) nor a group chat (staff are not members)."""
+    if platform == "slack":
+        return channel.startswith("C")  # D: a DM with the app; G: a group DM (or a private channel of old)
+    if platform == "teams":
+        return thread != channel and any(marker in channel for marker in TEAMS_CHANNEL_MARKERS)
+    return False
 
 
 def case_number(case_id: str) -> int | None:
@@ -74,11 +85,14 @@ class HandoffCase:
 
     @property
     def message(self) -> str:
-        """The sentence the user reads: the case id and what happens next."""
-        if self.platform in THREADED_PLATFORMS and self.reason != REPLY_NOT_DELIVERED:  # the thread is reachable
+        """The sentence the user reads: the case id and what happens next, as the helpdesk can do it here."""
+        in_thread = staff_can_post(self.platform, self.channel, self.thread)
+        if in_thread and self.reason != REPLY_NOT_DELIVERED:  # the thread is reachable, and staff can post in it
             how = "reply in this thread"
         elif self.user.email:
             how = f"reply by email to {self.user.email}"
+        elif self.platform in PLATFORM_NAMES:  # a DM or personal chat: staff write to the person instead
+            how = f"contact you directly in {PLATFORM_NAMES[self.platform]}"
         else:
             how = "get back to you"
         case = f"I've passed this to the helpdesk as case {self.case_id}"

@@ -71,6 +71,20 @@ class OutboxRows(Repository):
             rows = [to_delivery_record(row) for row in await conn.execute(stmt)]
         return rows[::-1]
 
+    async def posted_as(self, key: str, destination: str, external_ref: str) -> DeliveryRecord | None:
+        """The delivered write in a conversation that the platform knows by ``external_ref`` (its message id)."""
+        table = OutboxRow
+        stmt = (
+            select(table.__table__)
+            .where(table.conversation_key == key, table.destination == destination)
+            .where(table.external_ref == external_ref, table.state == "delivered")
+            .order_by(table.id.desc())
+            .limit(1)
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(stmt)).first()
+        return to_delivery_record(row) if row else None
+
     async def due(
         self,
         destinations: Sequence[str],

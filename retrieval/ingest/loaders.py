@@ -54,6 +54,7 @@ class _Meta:
     section: str | None = None
     audience: tuple[str, ...] = ()
     doc_id: str | None = None
+    classification: str | None = None  # "confidential": shown as the citation's sensitivity label
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ def _meta(raw: dict[object, object]) -> _Meta:
         section=_text_field(data, "section"),
         audience=_audience(data),
         doc_id=_text_field(data, "id"),
+        classification=_text_field(data, "classification"),
     )
 
 
@@ -317,10 +319,12 @@ def _document(candidate: _Candidate, parsed: _Parsed) -> Document:
     file = real_path(candidate.path)
     # The file's real path, not the path as typed: `index docs` and `index /abs/docs` are the same run.
     fields = [parsed.text, title, meta.url or file, meta.section, list(meta.audience)]
+    if meta.classification:  # only then: the hashes of unclassified documents stay as they were (no re-embedding)
+        fields.append(meta.classification)
     digest = hashlib.sha256(json.dumps(fields, ensure_ascii=False).encode()).hexdigest()
     return Document(
         meta.doc_id or candidate.doc_id, title, meta.url or str(candidate.path), parsed.text, digest,
-        meta.section, meta.audience, file,
+        meta.section, meta.audience, file, meta.classification,
     )
 
 

@@ -12,7 +12,14 @@ It records ``POST /v3/conversations/{id}/activities`` (a new post), ``POST .../a
 (a personal chat opened, in ``created``) answers ``a:personal-<user id>``, the id ``personal_message``
 uses, or 403 as Teams does for a user in ``not_installed`` (the app not added for them). The connector
 client URL-encodes conversation ids (``;messageid=`` arrives as ``%3Bmessageid=``); recorded ids are
-decoded, so a test compares them with the ids it sent. Only aiohttp and the standard library are used.
+decoded, so a test compares them with the ids it sent. Every Adaptive Card the bot sends (and every card
+an invoke answer puts in place) is checked against the Adaptive Cards 1.5 schema (tests/fakes/conformance.py):
+a card Teams would refuse gets a 400 and is recorded in ``violations``; the test that sent it fails at teardown.
+
+Streaming (personal chats only) is checked as Teams checks it: typing activities with a ``streaminfo``
+entity (``informative`` or ``streaming``, ``streamSequence`` 1, 2, ..., the ``streamId`` the first was
+answered with; streaming text that keeps what came before), ended by a ``final`` message; each stream is
+in ``streams``. An activity over 28 KB gets a 413. What Teams would refuse is a violation, as a bad card is.
 
 A busy or failing channel: ``refuse_next(status, times=...)`` refuses the next few message calls;
 ``fail_for(seconds, status, retry_after=...)`` refuses every post, reply and update (typing included)
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +41,7 @@ from urllib.parse import unquote
 import aiohttp
 from aiohttp import web
 
+from tests.fakes import conformance
 from tests.fakes.loopback import LoopbackServer
 
 BOT_ID = "28:policypal-bot"
@@ -80,6 +89,38 @@ class Recorded:
         return [a["content"] for a in attachments if a.get("contentType") == "application/vnd.microsoft.card.adaptive"]
 
 
+MESSAGE_BYTES = 28_000  # Teams refuses a bigger activity (413)
+STREAM_TYPES = ("informative", "streaming", "final")
+INFORMATIVE_CHARS = 1_000
+
+
+@dataclass
+class FakeStream:
+    """One streamed reply in a personal chat: its updates as (streamType, text), then the final message."""
+
+    conversation: str
+    updates: list[tuple[str, str]] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    sequence: int = 0
+
+    def take(self, kind: str, info: dict[str, Any], body: dict[str, Any]) -> str | None:
+        """Record one update or the final message; what Teams would refuse about it, if anything."""
+        text = str(body.get("text") or "")
+        if kind == "final":
+            self.final = body
+            return None
+        if info.get("streamSequence") != self.sequence + 1:
+            return f"stream sequence {info.get('streamSequence')} after {self.sequence}"
+        if kind == "informative" and len(text) > INFORMATIVE_CHARS:
+            return f"an informative update of {len(text)} characters"
+        earlier = [t for k, t in self.updates if k == "streaming"]
+        if kind == "streaming" and earlier and not text.startswith(earlier[-1]):
+            return "a streaming update that does not hold the text streamed before it"
+        self.sequence += 1
+        self.updates.append((kind, text))
+        return None
+
+
 @dataclass(frozen=True)
 class Refusal:
     """One call the channel refused: its kind ("send", "reply", "update", "member", "create"), where, what, and how."""
@@ -116,6 +157,8 @@ class FakeBotConnector(LoopbackServer):
     answers_without_ids: bool = False  # some channels answer a post with no activity id
     created: list[dict[str, Any]] = field(default_factory=list)  # bodies of POST /v3/conversations
     not_installed: set[str] = field(default_factory=set)  # Teams user ids whose personal chat cannot be opened
+    violations: list[str] = field(default_factory=list)  # cards Teams would refuse (tests/fakes/conformance.py)
+    streams: dict[str, FakeStream] = field(default_factory=dict)  # stream id -> its updates and final message
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition | None = None
 
@@ -194,8 +237,18 @@ class FakeBotConnector(LoopbackServer):
         """POST an activity to the bot as the Bot Framework Service would; returns status and JSON body."""
         async with aiohttp.ClientSession() as session, session.post(bot_url, json=activity, headers=headers) as resp:
             if resp.content_type == "application/json":
-                return resp.status, await resp.json()
+                body = await resp.json()
+                self._check_invoke_card(body)
+                return resp.status, body
             return resp.status, await resp.text()
+
+    def _check_invoke_card(self, body: Any) -> None:
+        """An ``adaptiveCard/action`` answer that replaces the card: Teams renders it like any other card."""
+        if not isinstance(body, dict) or body.get("type") != conformance.CARD_CONTENT_TYPE:
+            return
+        if problems := conformance.adaptive_card_problems(body.get("value")):
+            self.violations.extend(problems)
+            conformance.report("Teams invoke response", problems)
 
     def activity(self, conversation: dict[str, Any], sender: dict[str, Any], **fields: Any) -> dict[str, Any]:
         """A Teams activity from ``sender`` in ``conversation``, pointing back at this connector."""
@@ -230,6 +283,17 @@ class FakeBotConnector(LoopbackServer):
             activity["replyToId"] = root
         activity["channelData"].update({"teamsChannelId": CHANNEL, "team": {"id": "19:team@thread.tacv2"}})
         return activity
+
+    def feedback(
+        self, reaction: str, *, on: Recorded, comment: str = "", sender: dict[str, Any] = ALICE
+    ) -> dict[str, Any]:
+        """The ``message/submitAction`` invoke Teams sends when ``sender`` votes with the feedback loop on ``on``
+        (``reaction`` "like" or "dislike"; the comment box's text JSON-encoded, as Teams sends it)."""
+        conversation = {"id": on.conversation_id, "conversationType": _type_of(on.conversation_id)}
+        value = {"actionName": "feedback",
+                 "actionValue": {"reaction": reaction, "feedback": json.dumps({"feedbackText": comment})}}
+        return self.activity(conversation, sender, type="invoke", name="message/submitAction", value=value,
+                             replyToId=on.id)
 
     def card_action(
         self, verb: str, data: dict[str, Any], *, on: Recorded, sender: dict[str, Any] = ALICE
@@ -308,13 +372,59 @@ class FakeBotConnector(LoopbackServer):
         if self.refusal_queue and body.get("type") != "typing":
             status, retry_after = self.refusal_queue.pop(0)
             return await self._refuse(kind, conversation, str(body.get("type", "")), status, retry_after)
-        new_id = activity_id if kind == "update" else f"out-{next(self._ids)}"
+        if problems := conformance.activity_card_problems(body):  # Teams refuses a card it cannot render
+            return self._bad_card(kind, problems)
+        if (size := len(json.dumps(body, ensure_ascii=False).encode())) > MESSAGE_BYTES:
+            problem = f"an activity of {size:,} bytes (limit {MESSAGE_BYTES:,})"
+            return self._refused_by_teams(413, "MessageSizeTooBig", problem)
+        stream_id, refusal = self._stream_step(conversation, body)
+        if refusal is not None:
+            return refusal
+        new_id = activity_id if kind == "update" else stream_id or f"out-{next(self._ids)}"
         headers = {k.lower(): v for k, v in request.headers.items()}
         assert self._changed is not None
         async with self._changed:
             self.recorded.append(Recorded(kind, conversation, activity_id, body, headers, str(new_id)))
             self._changed.notify_all()
         return web.json_response({} if self.answers_without_ids else {"id": new_id})
+
+    def _stream_step(self, conversation: str, body: dict[str, Any]) -> tuple[str | None, web.Response | None]:
+        """Teams' streaming protocol (personal chats only): a first update without a stream id gets the id
+        of the stream's message; each later one names it, with the next sequence number and (streaming)
+        text that starts with the text before; a ``final`` message ends it, answered with the same id."""
+        info = next((e for e in body.get("entities") or [] if e.get("type") == "streaminfo"), None)
+        if info is None:
+            return None, None
+        kind, stream_id = info.get("streamType"), info.get("streamId")
+        if not conversation.startswith("a:"):
+            problem = f"a stream outside a personal chat ({conversation})"
+            return None, self._refused_by_teams(400, "BadArgument", problem)
+        if (body.get("type") == "typing") != (kind in ("informative", "streaming")) or kind not in STREAM_TYPES:
+            problem = f"a {body.get('type')} activity with streamType {kind}"
+            return None, self._refused_by_teams(400, "BadArgument", problem)
+        if stream_id is None:
+            if kind == "final" or info.get("streamSequence") != 1:
+                return None, self._refused_by_teams(400, "BadArgument", f"a new stream must start at 1: {info}")
+            stream_id = f"out-{next(self._ids)}"
+            self.streams[stream_id] = FakeStream(conversation)
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.final is not None:
+            return None, self._refused_by_teams(403, "ContentStreamNotAllowed", f"stream {stream_id} is not open")
+        problem = stream.take(kind, info, body)
+        if problem:
+            return None, self._refused_by_teams(400, "BadArgument", problem)
+        return stream_id, None
+
+    def _refused_by_teams(self, status: int, code: str, problem: str) -> web.Response:
+        self.violations.append(problem)
+        conformance.report("Teams", [problem])
+        return web.json_response({"error": {"code": code, "message": problem}}, status=status)
+
+    def _bad_card(self, kind: str, problems: list[str]) -> web.Response:
+        self.violations.extend(problems)
+        conformance.report(f"Teams {kind}", problems)
+        error = {"code": "BadArgument", "message": "; ".join(problems)[:1000]}
+        return web.json_response({"error": error}, status=400)
 
     async def _refuse(
         self, kind: str, conversation: str, activity_type: str, status: int, retry_after: str | None

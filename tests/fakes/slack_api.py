@@ -10,10 +10,15 @@ The app under test uses the real ``slack_sdk`` client, pointed here by ``SLACK_A
         posted = await slack.wait_for("chat.postMessage", 2)       # calls arrive after the ack
 
 Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update,
+chat.startStream / appendStream / stopStream (``FakeSlackAPI(streaming=True)``; the text streamed and the
+blocks put under it are in ``streams``; without it startStream is refused as in a workspace without AI apps),
 chat.postEphemeral, chat.getPermalink, conversations.members, assistant.threads.setStatus / setSuggestedPrompts and
 apps.connections.open (with the app-level token), the way
 Slack does (``{"ok": false, "error": ...}`` with HTTP 200 for API errors, 429 for rate limits). A wrong
 token gets ``invalid_auth``; an unknown method gets ``unknown_method`` and is recorded in ``problems``.
+A message or view Slack would refuse (Block Kit that slack_sdk's models reject, or over Slack's limits:
+tests/fakes/conformance.py) gets ``invalid_blocks``, ``msg_too_long`` or ``msg_blocks_too_long`` and is
+recorded in ``violations``; the test that sent it fails at teardown.
 
 Socket Mode too: apps.connections.open hands out a single-use ``ws://`` URL here; the connection gets
 ``hello``, then whatever ``push`` sends (an envelope with an ``envelope_id``, as Slack sends it to one
@@ -41,9 +46,10 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes import conformance
 from tests.fakes.loopback import LoopbackServer
 
-JSON_FIELDS = ("blocks", "attachments", "prompts", "metadata")  # form-encoded as JSON text by the SDK
+JSON_FIELDS = ("blocks", "attachments", "prompts", "metadata", "view")  # form-encoded as JSON text by the SDK
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,20 @@ class SlackCall:
     def block_text(self) -> str:
         """Every text in the blocks, joined: what a reader of the message would see."""
         return "\n".join(_texts(self.blocks))
+
+
+STREAMING_OFF = "feature_not_enabled"  # what the fake answers chat.startStream with ``streaming=False``
+
+
+@dataclass
+class FakeStream:
+    """A streamed message: the text appended so far, and the blocks ``stopStream`` put under it."""
+
+    channel: str
+    thread_ts: str
+    text: str = ""
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +137,7 @@ class FakeSlackAPI(LoopbackServer):
         app_id: str = "A0APP",
         app_token: str = "xapp-1-A0APP-1-fake",
         port: int = 0,
+        streaming: bool = False,
     ) -> None:
         self.token = token
         self.app_token = app_token
@@ -126,6 +147,7 @@ class FakeSlackAPI(LoopbackServer):
         self.app_id = app_id
         self.calls: list[SlackCall] = []
         self.problems: list[str] = []
+        self.violations: list[str] = []  # payloads Slack would refuse (tests/fakes/conformance.py)
         self.users: dict[str, FakeUser] = {}
         self.members: dict[str, list[str]] = {}  # channel -> member ids, for conversations.members
         self._errors: dict[str, deque[ScriptedError]] = defaultdict(deque)
@@ -134,6 +156,8 @@ class FakeSlackAPI(LoopbackServer):
         self._delays_when: list[tuple[str, float, Callable[[dict[str, Any]], bool]]] = []  # see ``slow_when``
         self._ts = itertools.count(1)
         self._port = port
+        self.streaming = streaming  # chat.startStream available (an AI app); else refused with STREAMING_OFF
+        self.streams: dict[str, FakeStream] = {}  # ts -> a streamed message, as a reader sees it
         self.acks: dict[str, dict[str, Any]] = {}  # envelope id -> the ack the app sent
         self.sockets: list[web.WebSocketResponse] = []  # open Socket Mode connections, oldest first
         self._tickets: set[str] = set()
@@ -295,11 +319,17 @@ class FakeSlackAPI(LoopbackServer):
             scripted = self._errors[method].popleft()
             body = {"ok": False, "error": scripted.error}
             return web.json_response(body, status=scripted.status, headers=scripted.headers)
+        refusal = conformance.slack_refusal(method, params)
+        if refusal is not None:  # what Slack answers a message it will not show; the test fails at teardown
+            error, problems = refusal
+            self.violations.extend(problems)
+            conformance.report(f"Slack {method}", problems)
+            return web.json_response({"ok": False, "error": error, "errors": problems})
         answer = getattr(self, "_" + method.replace(".", "_"), None)
         if answer is None:
             self.problems.append(f"unknown method {method}")
             return web.json_response({"ok": False, "error": "unknown_method"})
-        call.answer.update(ok=True, **answer(params))
+        call.answer.update({"ok": True, **answer(params)})  # an answer may say ok: false (a refusal it decides)
         return web.json_response(call.answer, headers={"x-oauth-scopes": "chat:write"})
 
     def _authorized(self, request: web.Request, params: dict[str, Any], *, app_level: bool) -> bool:
@@ -354,6 +384,38 @@ class FakeSlackAPI(LoopbackServer):
         if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
             messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
         return {"messages": messages, "has_more": False}
+
+    def _chat_startStream(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A streamed reply begins (in a thread; outside a DM Slack needs the recipient user and team)."""
+        channel = str(params.get("channel"))
+        if not self.streaming:
+            return {"ok": False, "error": STREAMING_OFF}
+        if not params.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        if not channel.startswith("D") and not (params.get("recipient_user_id") and params.get("recipient_team_id")):
+            return {"ok": False, "error": "missing_recipient"}
+        ts = self._next_ts()
+        self.streams[ts] = FakeStream(channel, str(params["thread_ts"]), str(params.get("markdown_text") or ""))
+        return {"channel": channel, "ts": ts}
+
+    def _chat_appendStream(self, params: dict[str, Any]) -> dict[str, Any]:
+        stream = self.streams.get(str(params.get("ts")))
+        if stream is None or stream.stopped:
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        stream.text += str(params.get("markdown_text") or "")
+        return {"channel": stream.channel, "ts": params.get("ts")}
+
+    def _chat_stopStream(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The stream ends: its blocks (feedback, sources) below the text; now a message in its thread."""
+        ts = str(params.get("ts"))
+        stream = self.streams.get(ts)
+        if stream is None or stream.stopped:
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        stream.text += str(params.get("markdown_text") or "")
+        stream.blocks, stream.stopped = list(params.get("blocks") or []), True
+        message = {"ts": ts, "text": stream.text, "metadata": params.get("metadata")}
+        self.threads[(stream.channel, stream.thread_ts)].append(message)
+        return {"channel": stream.channel, "ts": ts, "message": message}
 
     def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"channel": params.get("channel"), "ts": params.get("ts"), "text": params.get("text", "")}

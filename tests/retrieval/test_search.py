@@ -7,6 +7,7 @@ import math
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -33,9 +34,9 @@ DISTRACTORS = [
     for n, system in enumerate(["VPN", "wifi", "mail client", "printer", "build server", "wiki"])
 ]
 # A code in a passage about something else: the dense model ranks it low for a certificate question.
-PRINTER = make_doc(
+PRINTER = replace(make_doc(
     "printers.md", "# Printers\n\n## Status codes\n\nIf the panel shows ZQ-5518, the toner drawer is open: close it.\n"
-)
+), classification="internal")  # its front matter's label travels with its passages
 
 
 @pytest.fixture(scope="module", params=["edge", "qdrant-client"])
@@ -124,6 +125,12 @@ def test_audience_restricts_who_sees_a_document(
     # untagged (vpn.md) and "all" (leave.md) documents stay visible to everyone
     assert "vpn.md" in _doc_ids(index.search("KX-7731", filter=scope))
     assert "leave.md" in _doc_ids(index.search("annual leave allowance", filter=scope))
+
+
+def test_a_documents_classification_comes_with_its_passages(index: PolicyIndex) -> None:
+    (first, *_) = index.search("ZQ-5518 on the printer panel")
+    assert (first.doc_id, first.classification) == ("printers.md", "internal")
+    assert all(p.classification is None for p in index.search("KX-7731") if p.doc_id != "printers.md")
 
 
 def test_section_filter_keeps_one_section(index: PolicyIndex) -> None:

@@ -18,7 +18,7 @@ from adapters.teams.dedupe import inbox_id
 from adapters.teams.handler import CLICK
 from bot.cards import card_id
 from bot.store import PendingRecord, utcnow
-from tests.adapters.teams.test_app import TICKET, Teams, refuse_inbox_writes, running_teams
+from tests.adapters.teams.test_app import TICKET, Teams, conversation_key_of, refuse_inbox_writes, running_teams
 from tests.bot.helpers import eventually
 from tests.fakes.bot_connector import ALICE, BOB, CHANNEL, Recorded
 from tests.fakes.helpdesk_servers import FakeWebhook, slow
@@ -292,14 +292,19 @@ async def answered(teams: Teams) -> tuple[Recorded, dict[str, Any]]:
 
 
 async def test_feedback_is_stored_with_the_run(teams):
-    reply, card = await answered(teams)
+    teams.model.script(text("You get 25 days."))
+    question = teams.channel.personal_message("How many vacation days?")
+    await teams.post(question)
+    reply = await teams.reply()
+    assert reply.json["channelData"]["feedbackLoopEnabled"] is True  # Teams' own thumbs, under the answer
+    assert [a["verb"] for a in reply.cards[0]["actions"]] == ["handoff"]  # and "Still need help?"
+    await teams.delivered(conversation_key_of(question))  # the vote names the message the outbox posted
 
-    seen = await click(teams, reply, "feedback", {"actions": [card["actions"][1]]})
+    status, _ = await teams.post(teams.channel.feedback("dislike", on=reply, comment="not what I asked"))
 
+    assert status == 200
     (run,) = await teams.service.store.runs.recent()
     assert (run.feedback, run.feedback_by) == ("not_helpful", ALICE["aadObjectId"])
-    assert "Thanks for the feedback." in card_text(seen)
-    assert [a["verb"] for a in seen["actions"]] == ["handoff"]
 
 
 @dataclass

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,7 +86,8 @@ def decide(
     answer = answer_from_results(tool_results(turn), plan.parts, meaning, previous_cites(messages))
     if plan.problem and TICKET_TOOL in offered and not _called(turn, TICKET_TOOL):
         # A problem report that also asked something: the answer, and beside it the ticket to confirm.
-        call = _tool_call(0, TICKET_TOOL, ticket_arguments(question, plan.problem), len(messages))
+        arguments = ticket_arguments(question, plan.problem, related=_cites_in(answer))
+        call = _tool_call(0, TICKET_TOOL, arguments, len(messages))
         return f"{answer}\n\n{TICKET_BESIDE_ANSWER}", (call,)
     return answer, ()
 
@@ -116,6 +118,11 @@ def _plan(question: str, plan: Plan, offered: set[str], *, salt: int) -> tuple[s
     queries = list(dict.fromkeys(query for part in plan.parts or (Part(cleaned),) for query in part.queries))
     calls = (_tool_call(n, SEARCH_TOOL, {"query": query}, salt) for n, query in enumerate(queries[:MAX_SEARCHES]))
     return None, tuple(calls)
+
+
+def _cites_in(answer: str) -> str:
+    """The document titles an answer cites ("[Remote Access and VPN Standard › ...]")."""
+    return " ".join(cite.split("›")[0] for cite in re.findall(r"\[([^\]]+)\]", answer))
 
 
 def _called(turn: Sequence[Message], name: str) -> bool:

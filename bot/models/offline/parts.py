@@ -16,7 +16,7 @@ from bot.models.offline.planning import (
     opens_like_question,
     split_question,
 )
-from bot.models.offline.text import content_words, normalise_chat, shorten
+from bot.models.offline.text import GENERIC_STEMS, content_words, normalise_chat, shorten, stem
 
 _CLAUSE = re.compile(
     r"(?<=[.!?])\s+|\s+-+\s+|;\s+|,\s+(?:and\s+|but\s+|also\s+|so\s+)?|\s+(?:and also|also|but)\s+", re.I
@@ -157,12 +157,22 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
         if context or aside:  # written with the question: keep it, and try once without it (it may mislead)
             alone = stands_alone(draft.focus) and len(drafts) == 1
             parts.append(Part(draft.focus, context, also_alone=alone, aside=aside))
-        elif needs_context(draft.focus) and (index or problem):
+        elif (needs_context(draft.focus) or (index and names_no_topic(draft.focus))) and (index or problem):
             before = parts[index - 1] if index else Part(problem)
             parts.append(Part(draft.focus, before.context or before.focus))
         else:
             parts.append(Part(draft.focus))
     return parts[:MAX_PARTS]
+
+
+_AMOUNT_WORDS = frozenset({"max", "maximum", "min", "minimum", "limit", "many", "much", "long", "often", "per"})
+
+
+def names_no_topic(question: str) -> bool:
+    """ "What's the max days per year?" after "can I work from Brazil?": only amounts and everyday
+    words, so it asks about the topic of the question before it."""
+    words = content_words(question) - GENERIC_STEMS
+    return not words - {stem(word) for word in _AMOUNT_WORDS}
 
 
 def _drafts(asked: str) -> list[_Draft]:

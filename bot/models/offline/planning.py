@@ -16,6 +16,7 @@ _SUBJECT = (
     r"(?:i|we|you|they|he|she|it|there|my|our|your|the|a|an|this|that|these|those|employees?|staff"
     r"|contractors?|managers?|someone|anyone|people)"
 )
+_ASKS_ANYWHERE = re.compile(rf"\b{_WH}\b", re.I)
 _QUESTION_START = re.compile(rf"^(?:{_WH}\b|{_AUX}\s+{_SUBJECT}\b)", re.I)
 _AND_QUESTION = re.compile(rf",?\s+and\s+(?={_WH}\b|{_AUX}\s+{_SUBJECT}\b)", re.I)
 _SEPARATORS = re.compile(r";\s+|\s+and also\s+|(?<=[.!?])\s+also\b,?\s*|,\s+also,\s+", re.I)
@@ -31,7 +32,8 @@ _LEADING_CONNECTOR = re.compile(r"^(?:and|also|so|plus|then)\b[,\s]*", re.I)
 
 _TICKET_REQUEST = re.compile(
     r"\b(?:raise|open|create|log|file|submit|make|lodge)\s+(?:me\s+)?(?:an?\s+|the\s+)?"
-    r"(?:it\s+|support\s+|helpdesk\s+|help desk\s+)?(?:ticket|case|incident|support request)\b",
+    r"(?:it\s+|support\s+|helpdesk\s+|help desk\s+)?(?:ticket|case|incident|support request)\b"
+    r"|\b(?:need|want|get)\s+(?:me\s+)?(?:an?\s+)?(?:it\s+|support\s+)?ticket\b",
     re.I,
 )
 _PROBLEM = re.compile(
@@ -40,7 +42,9 @@ _PROBLEM = re.compile(
     r"|access|open|print|get into)|\berror\b|\bcrash|lost my|\bstolen\b|locked out|forgot my password"
     r"|reset my password|\bhacked\b|phishing|ransomware|\bbreach\b|\bvirus\b|malware|no internet"
     r"|keeps (?:crashing|disconnecting|freezing|dropping)|\bfrozen\b|need access|(?:don't|do not) have access"
-    r"|\b(?:got |been )?(?:nicked|pinched)\b|\bclicked (?:a|on a|the) (?:\w+ )?link",
+    r"|\b(?:got |been )?(?:nicked|pinched)\b|\bclicked (?:a|on a|the) (?:\w+ )?link"
+    r"|\b(?:didn'?t|did not|never) (?:trigger|request|ask for)\b|\bfake (?:login|sign-?in|site|page|website|email)"
+    r"|\b(?:typed|entered|gave away) my password",
     re.I,
 )
 _HYPOTHETICAL = re.compile(
@@ -65,7 +69,8 @@ _CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "security_incident",
             r"stolen|theft|lost my|phishing|ransomware|malware|virus|hacked|breach"
-            r"|compromised|suspicious|data leak",
+            r"|compromised|suspicious|data leak|did(?:n'?t| not) trigger|fake (?:login|sign-?in|site|page|website)"
+            r"|(?:typed|entered) my password",
         ),
         ("network_vpn", r"\bvpn\b|wi-?fi|network|internet|connection|disconnect"),
         (
@@ -126,7 +131,7 @@ def opens_like_question(text: str) -> bool:
 def split_question(text: str) -> list[str]:
     """Split a multi-part question conservatively: ``?``, ``;``, "and also", "Also," and ``and`` + question."""
     pieces = [clean_question(text)]
-    for splitter in (_split_question_marks, _SEPARATORS.split, _split_on_and):
+    for splitter in (_split_question_marks, _SEPARATORS.split, _split_on_and, _split_elliptical):
         pieces = [piece for whole in pieces for piece in splitter(whole)]
     parts = unique(shorten(_tidy(piece), MAX_QUERY) for piece in pieces if content_words(piece))
     if len(parts) > MAX_PARTS:
@@ -150,6 +155,23 @@ def _split_on_and(piece: str) -> list[str]:
     return _AND_QUESTION.split(piece)
 
 
+_ELLIPTICAL = re.compile(
+    r"^(?P<opener>what(?:'s| is| are)|how (?:much|many|long) (?:is|are)|which (?:is|are))\s+(?P<first>.+?),?\s+and\s+"
+    r"(?P<second>(?:the|my|your|our|a|an)\s+.+)$",
+    re.I,
+)
+
+
+def _split_elliptical(piece: str) -> list[str]:
+    """ "What's the taxi limit per ride, and the mileage rate if I drive?": the second question leaves
+    out "what's"; split only after a comma, where "the X and the Y" is not one subject."""
+    match = _ELLIPTICAL.match(piece)
+    if match is None or "," not in piece[: match.start("second")]:
+        return [piece]
+    opener = match["opener"]
+    return [f"{opener} {match['first'].rstrip(' ,')}?", f"{opener.lower()} {match['second']}"]
+
+
 def _tidy(piece: str) -> str:
     piece = _LEADING_CONNECTOR.sub("", piece.strip(" ,;.")).strip()
     return piece[:1].upper() + piece[1:]
@@ -171,8 +193,10 @@ def is_problem_clause(clause: str) -> bool:
     """One clause of a message that reports a problem or asks for help with it, rather than asking."""
     if _TICKET_REQUEST.search(clause) or _HELP_REQUEST.search(clause):
         return True
-    if opens_like_question(clause) or clause.endswith("?"):
+    if opens_like_question(clause):
         return False
+    if clause.endswith("?") and (_ASKS_ANYWHERE.search(clause) or not _FIRST_PERSON.search(clause)):
+        return False  # "got 5 prompts i didn't trigger??" reports; "... what should i try?" asks
     return is_problem_report(clause)
 
 
@@ -181,25 +205,37 @@ def names_error_code(text: str) -> bool:
     return bool(_ERROR_CODE.search(text))
 
 
-def ticket_arguments(message: str, problem: str = "") -> dict[str, str]:
+def ticket_arguments(message: str, problem: str = "", related: str = "") -> dict[str, str]:
     """create_it_ticket arguments inferred from the user's words, every value from the tool's enums;
-    category and summary come from the ``problem`` clauses when the message also asks something."""
+    category and summary come from the ``problem`` clauses when the message also asks something. When
+    the words name no category, ``related`` (the answer given beside the ticket, with its cites: "NG-412"
+    is explained in the Remote Access and VPN Standard) may."""
     text = message.replace("’", "'")
     about = (problem or message).replace("’", "'")
-    category = next((name for name, pattern in _CATEGORIES if pattern.search(about)), None)
+    found = (next((name for name, pattern in _CATEGORIES if pattern.search(t)), None) for t in (about, text, related))
     return {
-        "category": category or next((name for name, pattern in _CATEGORIES if pattern.search(text)), "other"),
-        "summary": ticket_summary(problem or message),
+        "category": next((category for category in found if category), "other"),
+        "summary": _summary(problem, message),
         "urgency": next((level for level, pattern in _URGENCY if pattern.search(text)), "normal"),
         "details": shorten(message, MAX_DETAILS),
     }
 
 
+def _summary(problem: str, message: str) -> str:
+    """The problem clauses' summary; the whole message's when they only ask for a ticket."""
+    summary = ticket_summary(problem or message)
+    return ticket_summary(message) if problem and summary.startswith(_GENERIC_SUMMARY) else summary
+
+
+_GENERIC_SUMMARY = "IT support request"
+
+
 def ticket_summary(message: str, limit: int = 120) -> str:
     """The first clauses that describe the problem, without "please raise a ticket", on one line."""
     clauses = re.split(r"(?<=[.!?:;])\s+|,\s+", clean_question(message))
-    kept = [clause.strip(" ,;:") for clause in clauses if clause.strip() and not _TICKET_REQUEST.search(clause)]
+    kept = [clause.strip(" ,;:.") for clause in clauses if clause.strip() and not _TICKET_REQUEST.search(clause)]
+    kept = [clause for clause in kept if not opens_like_question(clause)] or kept  # "how do I fix it?" says nothing
     summary = _tidy(", ".join(part for part in kept[:2] if part)).rstrip(".!")
     if len(summary) < 5:  # the tool's schema asks for at least five characters
-        summary = f"IT support request: {summary}".rstrip(": ")
+        summary = f"{_GENERIC_SUMMARY}: {summary}".rstrip(": ")
     return shorten(summary, limit)

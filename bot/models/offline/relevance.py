@@ -41,19 +41,40 @@ def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meani
     held = set().union(*(_tokens(candidate) for candidate in candidates))
     stems = {stem(word) for word in held}
     asked = f"{part.focus} {part.context}" if needs_context(part.focus) else part.focus  # "is that paid?"
-    absent = sorted(w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC if stem(w) not in stems)
+    absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC if stem(w) not in stems}
     vocabulary = sorted(held - GENERIC)
-    return any(_weight_in(asked, word, meaning) >= SUBJECT and not _said(word, vocabulary, meaning) for word in absent)
+    return any(
+        _weight_in(asked, words, meaning) >= SUBJECT and not _said(" ".join(words), vocabulary, meaning)
+        for words in _absent_runs(asked, absent)
+    )
 
 
-def _said(word: str, vocabulary: list[str], meaning: Meaning) -> bool:
+def _absent_runs(question: str, absent: set[str]) -> list[tuple[str, ...]]:
+    """Each absent word alone, and absent words written together, small words between them aside
+    ("summoned for jury duty", "merit increase"): taking out one word of a name leaves most of its
+    meaning, so alone none may weigh enough."""
+    runs: list[tuple[str, ...]] = [(word,) for word in sorted(absent)]
+    current: list[str] = []
+    for token in [*re.findall(r"[\w'’-]+", question.lower()), "."]:
+        if token in absent:
+            current.append(token)
+        elif content_tokens(token) or token == ".":  # a word the results hold ends the run
+            if len(current) > 1:
+                runs.append(tuple(current))
+            current = []
+    return runs
+
+
+def _said(words: str, vocabulary: list[str], meaning: Meaning) -> bool:
     """Whether a word close in meaning occurs among the candidates' words."""
-    return max(meaning.similarities(word, vocabulary), default=0.0) >= SYNONYM
+    return max(meaning.similarities(words, vocabulary), default=0.0) >= SYNONYM
 
 
-def _weight_in(question: str, word: str, meaning: Meaning) -> float:
-    """How much of the question's meaning a word carries: 1 - cosine(question, question without it)."""
-    without = re.sub(rf"\b{re.escape(word)}\b", " ", question, flags=re.I)
+def _weight_in(question: str, words: tuple[str, ...], meaning: Meaning) -> float:
+    """How much of the question's meaning words carry: 1 - cosine(question, question without them)."""
+    without = question
+    for word in words:
+        without = re.sub(rf"\b{re.escape(word)}\b", " ", without, flags=re.I)
     return 1.0 - meaning.similarities(question, [without])[0]
 
 

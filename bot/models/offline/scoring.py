@@ -36,7 +36,8 @@ _ABOUT_THE_DOCUMENT = re.compile(  # "This policy explains ..." restates the que
 _METADATA = re.compile(r"^(?:policy number|owner|last reviewed|applies to)\s*:", re.I)
 _ASKS_AMOUNT = re.compile(
     r"\bhow (?:many|much|long|often|far|fast|quickly|soon|big|old)\b|\bwhen\b|\bwhat time\b|\bby when\b|\bdeadline"
-    r"|\blatest\b|\bmax(?:imum)?\b|\bmin(?:imum)?\b|\blimit\b|\bnumber\b|\bphone\b|\bper (?:night|day|head|person)",
+    r"|\blatest\b|\bcut-?off\b|\bmax(?:imum)?\b|\bmin(?:imum)?\b|\blimit\b|\bnumber\b|\bphone\b"
+    r"|\bper (?:night|day|head|person)",
     re.I,
 )
 _ANSWER_WORDS = tuple(
@@ -105,14 +106,34 @@ def score(
 
 
 def _meanings(part: Part, candidates: Sequence[Candidate], meaning: Meaning) -> list[float]:
-    """Each candidate's closest reading to the question."""
+    """Each candidate's closest reading to the question; a question written with context ("I'm a designer
+    going fully remote in Canada. What laptop do I get?") is read with it and alone, half each: the
+    context says which row applies, the question what it must say."""
     readings = [candidate.readings() for candidate in candidates]
-    flat = meaning.similarities(part.meaning_query, [text for texts in readings for text in texts])
+    texts = [text for texts in readings for text in texts]
+    flat = meaning.similarities(part.meaning_query, texts)
+    if part.meaning_query != part.focus:
+        alone = meaning.similarities(part.focus, texts)
+        flat = [(with_context + by_itself) / 2 for with_context, by_itself in zip(flat, alone, strict=True)]
     found, start = [], 0
-    for texts in readings:
-        found.append(max(flat[start : start + len(texts)]))
-        start += len(texts)
+    for texts_of_one in readings:
+        found.append(max(flat[start : start + len(texts_of_one)]))
+        start += len(texts_of_one)
     return found
+
+
+def _is_label(text: str) -> bool:
+    """ "Leave Year Beginning and Ending Dates Advanced Annual Leave": link texts or headings run
+    together, no sentence: most words capitalised, no verb's full stop, no figure."""
+    words = re.findall(r"[A-Za-z][\w'’-]*", text)
+    if len(words) < 3 or re.search(r"[.!?;]\s*$|\d", text):
+        return False
+    capitalised = sum(word[0].isupper() for word in words if word.lower() not in _SMALL_WORDS)
+    return capitalised >= LABEL_SHARE * sum(word.lower() not in _SMALL_WORDS for word in words)
+
+
+_SMALL_WORDS = frozenset(["a", "an", "and", "or", "of", "the", "to", "in", "on", "for", "with", "by", "at", "from"])
+LABEL_SHARE = 0.8  # of the words that are not "and", "of", ...: capitalised, as in a title
 
 
 def _discount(candidate: Candidate) -> float:
@@ -120,7 +141,8 @@ def _discount(candidate: Candidate) -> float:
     sentence about the document itself, or its metadata, restates the question rather than answering it."""
     factor = candidate.passage_score * (1.0 - RANK_DISCOUNT * min(candidate.rank, 4))
     text = candidate.unit.text
-    if _ABOUT_THE_DOCUMENT.match(text) or _METADATA.match(text) or text.endswith(":"):
+    label = candidate.unit.table is None and _is_label(text)  # a row's cells may all be names
+    if _ABOUT_THE_DOCUMENT.match(text) or _METADATA.match(text) or text.endswith(":") or label:
         factor *= 0.5  # ... and "you must:" without its list promises what it does not say
     return factor
 

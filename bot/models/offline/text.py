@@ -84,6 +84,8 @@ def _stem(word: str) -> str:
         for suffix, replacement in (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("s", "")):
             if word.endswith(suffix) and len(word) - len(suffix) >= 3:
                 word = word[: -len(suffix)] + replacement
+                if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+                    word = word[:-1]  # "submitting", "planned": "submit", "plan"
                 break
     return word[:-1] if word.endswith("e") and len(word) > 4 else word
 

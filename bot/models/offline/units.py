@@ -13,7 +13,8 @@ from bot.models.offline.text import content_words, shorten
 
 UNIT_CHARS = 300  # a sentence or item longer than this is quoted shortened
 ROW_CHARS = 600  # a table row is quoted whole up to this: half a row reads as complete and wrong
-LEAD_CHARS = 400  # a sentence ending in ":" quotes its list when both fit in this
+LEAD_CHARS = 700  # a sentence ending in ":" quotes its list when both fit in this
+STEPS_CHARS = 900  # ... its numbered steps when they fit in this: half a procedure reads as all of it
 
 _LIST_ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“(*])")
@@ -48,7 +49,7 @@ def passage_units(passage: dict[str, Any]) -> list[Unit]:
             lists += int(len(texts) - 1 not in items)  # a list starts after anything but an item
             items[len(texts)] = lists
             texts.append(shorten(block.text, UNIT_CHARS))
-            lead = _extend_lead(texts, lead, block.text)
+            lead = _extend_lead(texts, lead, block.text, limit=STEPS_CHARS if block.numbered else LEAD_CHARS)
         else:
             sentences = [shorten(s, UNIT_CHARS) for s in _SENTENCE_END.split(block.text) if content_words(s)]
             texts.extend(sentences)
@@ -56,9 +57,11 @@ def passage_units(passage: dict[str, Any]) -> list[Unit]:
     return [Unit(text, n, *rows[n]) if n in rows else Unit(text, n, items=items.get(n)) for n, text in enumerate(texts)]
 
 
-def _extend_lead(texts: list[str], lead: int | None, item: str, *, row: bool = False) -> int | None:
+def _extend_lead(
+    texts: list[str], lead: int | None, item: str, *, row: bool = False, limit: int = LEAD_CHARS
+) -> int | None:
     """Append an item or row to the sentence introducing its list or table, while the whole still fits."""
-    if lead is None or len(texts[lead]) + len(item) >= LEAD_CHARS:
+    if lead is None or len(texts[lead]) + len(item) >= limit:
         return None  # the list is too long to quote whole: stop before it reads as complete
     head = texts[lead]
     if row:
@@ -83,6 +86,7 @@ class _Block:
     text: str
     table: int = 0
     columns: str = ""
+    numbered: bool = False  # an item of a numbered list: a step of a procedure
 
 
 def _blocks(text: str, cite: str) -> Iterator[_Block]:
@@ -104,7 +108,7 @@ def _blocks(text: str, cite: str) -> Iterator[_Block]:
         if not line.startswith("|"):
             headers = []
         if item and not addresses_assistants(line):
-            yield _Block("item", plain(line[item.end() :]))
+            yield _Block("item", plain(line[item.end() :]), numbered=line[:1].isdigit())
         elif line.startswith("|") and _is_rule(following):  # a header row precedes |---|
             headers, table = _cells(line), table + 1
         elif line.startswith("|") and not _is_rule(line) and not addresses_assistants(line):

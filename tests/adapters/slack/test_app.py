@@ -25,7 +25,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
 from adapters.server import build_app
 from adapters.slack.app import EVENTS_PATH, SlackCredentials, start_slack
-from adapters.slack.blocks import HANDOFF, HELPFUL, NOT_HELPFUL
+from adapters.slack.blocks import FEEDBACK, HANDOFF, NOT_HELPFUL
 from bot.errors import ConfigError
 from bot.helpdesk import HandoffCase
 from bot.identity import GroupMap
@@ -104,10 +104,19 @@ class SlackRig:
 
 
 async def running_slack(
-    tmp_path: Path, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, searcher: Any = None, **overrides: Any
+    tmp_path: Path,
+    model: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    searcher: Any = None,
+    *,
+    streaming: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[SlackRig]:
-    """Fake Slack, service and app started; everything closed afterwards, the fake checked for problems."""
-    async with FakeSlackAPI() as slack:
+    """Fake Slack, service and app started; everything closed afterwards, the fake checked for problems.
+
+    ``streaming``: the workspace streams (an AI app); without it answers fall back to chat.postMessage.
+    """
+    async with FakeSlackAPI(streaming=streaming) as slack:
         slack.add_user(ALICE, "alice", "alice@example.com")
         slack.add_user(BOB, "bob", "bob@example.com")
         slack.add_user(GUEST, "gus", "gus@partner.example", guest=True)
@@ -178,11 +187,12 @@ async def test_a_dm_is_acked_at_once_and_answered_in_its_thread_with_citations_a
     assert "reply 2" not in slack.model.events_until("acked")  # the ack did not wait for the run
     (reply,) = await slack.replies()
     assert (reply["channel"], reply["thread_ts"]) == ("D0ALICE", event["ts"])
-    section = reply.blocks[0]["text"]["text"]
-    assert section == f"*Yes*, for up to 4 weeks:\n• ask your manager\n• book travel [{CITE}]"
+    markdown = reply.blocks[0]
+    assert markdown == {"type": "markdown", "text": f"**Yes**, for up to 4 weeks:\n- ask your manager\n"
+                                                    f"- book travel [{CITE}]({PASSAGE.source})"}
     assert f"<{PASSAGE.source}|{CITE}>" in reply.block_text
-    buttons = [e for b in reply.blocks if b["type"] == "actions" for e in b["elements"]]
-    assert [b["action_id"] for b in buttons] == [HELPFUL, NOT_HELPFUL, HANDOFF]
+    buttons = [e for b in reply.blocks if b["type"] in ("actions", "context_actions") for e in b["elements"]]
+    assert [b["action_id"] for b in buttons] == [FEEDBACK, HANDOFF]
     assert slack.model.requests[0].messages[-1] == {"role": "user", "content": "Can I work from abroad?"}
     assert slack.slack.calls_to("users.info")[0]["user"] == ALICE
     slack.model.assert_script_consumed()

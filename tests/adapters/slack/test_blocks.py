@@ -11,12 +11,11 @@ from typing import Any
 from adapters.slack.blocks import (
     CANCEL,
     CONFIRM,
+    FEEDBACK,
     HANDOFF,
-    HELPFUL,
     MAX_BLOCKS,
     MAX_MESSAGES,
     MESSAGE_CHARS,
-    NOT_HELPFUL,
     SECTION_CHARS,
     answer_messages,
     blocks_size,
@@ -26,6 +25,7 @@ from adapters.slack.blocks import (
     give_up_message,
     handoff_message,
     parse_button_value,
+    parse_feedback,
     split_text,
 )
 from bot.cards import CardView
@@ -84,23 +84,41 @@ def test_a_code_block_cut_in_two_is_closed_and_reopened():
 # --- answers ----------------------------------------------------------------------------------------
 
 
-def test_an_answer_has_mrkdwn_sections_cited_policies_and_feedback_and_handoff_buttons():
+def test_an_answer_is_one_markdown_block_with_linked_cites_sources_native_thumbs_and_still_need_help():
     citations = (
         Citation("Remote Work Policy", "Working abroad", "https://intranet.example.com/remote"),
         Citation("VPN Guide", "Errors", "examples/policies/vpn.md"),
     )
-    (message,) = answer_messages(Answer("**Yes**, up to 4 weeks.", citations), "run_abc")
-    section, context, buttons = message.blocks
-    assert section["text"] == {"type": "mrkdwn", "text": "*Yes*, up to 4 weeks."}
+    text = "**Yes**, up to 4 weeks [Remote Work Policy › Working abroad].\n\n| Days | Who |\n|---|---|\n| 20 | you |"
+    (message,) = answer_messages(Answer(text, citations), "run_abc")
+    markdown, context, rate, actions = message.blocks
+    assert markdown == {
+        "type": "markdown",  # Slack renders the table and the lists; no mrkdwn conversion
+        "text": "**Yes**, up to 4 weeks [Remote Work Policy › Working abroad](https://intranet.example.com/remote)."
+        "\n\n| Days | Who |\n|---|---|\n| 20 | you |",
+    }
     cites = [e["text"] for e in context["elements"]]
     assert "<https://intranet.example.com/remote|Remote Work Policy › Working abroad>" in cites[0]
     assert cites[1].endswith("VPN Guide › Errors")  # a file path is no link
-    assert [(e["action_id"], e["value"]) for e in buttons["elements"]] == [
-        (HELPFUL, "run_abc"),
-        (NOT_HELPFUL, "run_abc"),
-        (HANDOFF, "run_abc"),
-    ]
-    assert message.text == "*Yes*, up to 4 weeks."
+    (thumbs,) = rate["elements"]
+    assert (rate["type"], thumbs["type"], thumbs["action_id"]) == ("context_actions", "feedback_buttons", FEEDBACK)
+    assert [thumbs[b]["value"] for b in ("positive_button", "negative_button")] == ["helpful:run_abc",
+                                                                                   "not_helpful:run_abc"]
+    assert parse_feedback(thumbs["negative_button"]["value"]) == ("not_helpful", "run_abc")
+    assert [(e["action_id"], e["value"]) for e in actions["elements"]] == [(HANDOFF, "run_abc")]
+    assert message.text.startswith("*Yes*, up to 4 weeks")  # the notification: mrkdwn, the same words
+
+
+def test_a_markdown_answer_never_pings_a_channel_or_a_person():
+    (message,) = answer_messages(Answer("Ask <!channel> or <@U123> in <#C1>."), "run_ping")
+    assert message.blocks[0]["text"] == "Ask &lt;!channel> or &lt;@U123> in &lt;#C1>."
+
+
+def test_an_answer_too_long_for_one_markdown_block_is_split_into_mrkdwn_sections():
+    text = "\n\n".join(f"Point {n}. " + "details " * 200 for n in range(8))  # ~13,000 characters
+    messages = answer_messages(Answer(text), "run_split")
+    assert len(messages) > 1
+    assert all(b["type"] != "markdown" for m in messages for b in m.blocks)
 
 
 def test_a_long_answer_is_split_into_messages_within_every_limit_without_losing_text():
@@ -115,9 +133,9 @@ def test_a_long_answer_is_split_into_messages_within_every_limit_without_losing_
     sections = [b["text"]["text"] for m in messages for b in m.blocks if b["type"] == "section"]
     assert words(" ".join(sections)) == words(text)
     last = messages[-1].blocks
-    assert [b["type"] for b in last[-3:]] == ["context", "context", "actions"]  # 13 citations: 10 + 3
+    assert [b["type"] for b in last[-4:]] == ["context", "context", "context_actions", "actions"]  # 13 cites: 10 + 3
     assert all(len(b["elements"]) <= 10 for m in messages for b in m.blocks if b["type"] == "context")
-    assert all(b["type"] != "actions" for m in messages[:-1] for b in m.blocks)
+    assert all(b["type"] not in ("actions", "context_actions") for m in messages[:-1] for b in m.blocks)
 
 
 def test_an_answer_too_long_for_slack_says_so_instead_of_being_cut_silently():

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 from functools import cache
 from pathlib import Path
 
 import yaml
+from jsonschema import Draft7Validator
 from slack_sdk.web.async_client import AsyncWebClient
 
 REPO = Path(__file__).resolve().parents[3]
 MANIFEST = REPO / "manifests" / "slack" / "manifest.yaml"
+SLACK_SCHEMA = REPO / "tests" / "data" / "slack-manifest.schema.2.0.0.json"  # slackapi/manifest-schema
 ADAPTER_FILES = sorted((REPO / "adapters" / "slack").glob("*.py"))
 
 # Each Web API method the adapter may call and the bot scopes it needs (docs.slack.dev/reference/methods).
@@ -30,6 +33,10 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "chat.update": {"chat:write"},
     "chat.postEphemeral": {"chat:write"},
     "chat.getPermalink": set(),
+    # An answer written out as Slack's native stream (adapters/slack/streaming.py)
+    "chat.startStream": {"chat:write"},
+    "chat.appendStream": {"chat:write"},
+    "chat.stopStream": {"chat:write"},
     # Before posting again after a crash: is the reply already in the thread? (any kind of conversation)
     "conversations.replies": {"channels:history", "groups:history", "im:history", "mpim:history"},
     # POLICYPAL_SHARED_AUDIENCE=members: who can read a channel or group DM (DMs are the asker's alone)
@@ -44,6 +51,7 @@ EVENT_SUBSCRIPTIONS = {
     "message": ("message.im", "im:history"),  # direct messages only: channels need a mention
     "assistant_thread_started": ("assistant_thread_started", "assistant:write"),
     "assistant_thread_context_changed": ("assistant_thread_context_changed", "assistant:write"),
+    "agent_session_stopped": ("agent_session_stopped", "assistant:write"),  # the stop button: cancel the run
 }
 
 
@@ -123,3 +131,11 @@ def test_events_and_interactivity_go_to_the_slack_events_route_and_the_assistant
     }
     assert settings["socket_mode_enabled"] is False  # HTTP by default; docs/slack.md says how to switch
     assert manifest()["features"]["assistant_view"]["assistant_description"]
+
+
+def test_the_manifest_declares_the_agent_view_beside_the_assistant_view_within_slacks_schema():
+    features = manifest()["features"]
+    assert features["agent_view"]["agent_description"] and features["assistant_view"]
+    schema = json.loads(SLACK_SCHEMA.read_text())
+    errors = [e.message for e in Draft7Validator(schema).iter_errors(manifest())]
+    assert not errors, errors

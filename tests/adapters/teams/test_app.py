@@ -168,10 +168,14 @@ async def test_personal_message_is_answered_in_the_chat_with_markdown_links_and_
     assert status in (200, 201)
     assert reply.conversation_id == activity["conversation"]["id"] and reply.kind == "send"
     assert reply.json["textFormat"] == "markdown"
-    assert reply.text.startswith("You get 25 days a year [")
-    assert "**Sources**" in reply.text and "](https://intranet.northwind.example/" in reply.text
+    assert reply.text == "You get 25 days a year [1]."  # the cite is Teams' citation marker
+    (label,) = [e for e in reply.json["entities"] if e["type"] == "https://schema.org/Message"]
+    (cited,) = label["citation"]
+    assert label["additionalType"] == ["AIGeneratedContent"] and cited["position"] == 1
+    assert cited["appearance"]["url"].startswith("https://intranet.northwind.example/")
+    assert reply.json["channelData"]["feedbackLoopEnabled"] is True  # Teams' own thumbs
     (card,) = reply.cards
-    assert [a["verb"] for a in card["actions"]] == ["feedback", "feedback", "handoff"]
+    assert [a["verb"] for a in card["actions"]] == ["handoff"]  # "Still need help?" stays
     assert teams.model.requests[0].messages[-1]["content"] == "How many vacation days do I get?"
     teams.model.assert_script_consumed()
 
@@ -416,7 +420,7 @@ async def test_work_that_keeps_failing_is_tried_again_then_the_person_gets_an_ap
 ):
     attempts: list[str] = []
 
-    async def broken(inbound, cancel=None):
+    async def broken(inbound, cancel=None, progress=None):
         attempts.append(inbound.event_id)
         raise RuntimeError("database down")
 

@@ -1,15 +1,18 @@
-"""`not_covered`: an answer that cites nothing after every search of the run came back empty.
+"""`not_covered`: an answer that cites nothing after searching, and found nothing or says so.
 
 The honest "that is not in the policy" is an answer (no helpdesk case) counted by its own reason, so
-policy owners can see the gaps; a run that found something, never searched, or whose search failed
-stays `answered`.
+policy owners can see the gaps; a run that found something and answered from it (even uncited), never
+searched, or whose search failed stays `answered`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bot.agent import RunState
+from bot.agent.coverage import says_not_covered
 from bot.policy_tools import cite_for
 from bot.types import Answer, Inbound, TerminationReason, UserRef
 from retrieval import Passage
@@ -72,6 +75,37 @@ async def test_a_run_that_found_a_passage_ends_answered_even_citing_nothing(tmp_
     async with service(tmp_path, fake_openai, Finds("receipts")) as svc:
         reply = await ask(svc, "gym, and what about receipts?")
     assert reply.reason == TerminationReason.ANSWERED
+
+
+async def test_a_run_that_found_unrelated_passages_and_says_so_ends_not_covered(tmp_path, fake_openai):
+    """Search returns the nearest passages even for parking; the model reads them and says no."""
+    fake_openai.script(tool_calls(search("parking receipts")), text("Parking is not covered by our policies."))
+    async with service(tmp_path, fake_openai, Finds("receipts")) as svc:
+        reply = await ask(svc, "where can I park my car?")
+    assert reply.reason == TerminationReason.NOT_COVERED
+
+
+async def test_saying_not_in_the_policy_while_citing_a_passage_is_a_partial_answer(tmp_path, fake_openai):
+    cite = cite_for(PASSAGE)
+    fake_openai.script(tool_calls(search("gym receipts")),
+                       text(f"The gym is not in the policy; keep your receipts [{cite}]."))
+    async with service(tmp_path, fake_openai, Finds("receipts")) as svc:
+        reply = await ask(svc, "gym, and what about receipts?")
+    assert reply.reason == TerminationReason.ANSWERED
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("That is not in the policy documents I can search.", True),
+        ("Sorry, jury duty isn't covered by the company policies.", True),
+        ("The policies don't mention parking.", True),
+        ("Keep your receipts for 7 years.", False),
+        ("Do you mean the travel policy or the expenses policy?", False),
+    ],
+)
+def test_the_words_that_say_not_covered(text: str, says: bool):
+    assert says_not_covered(text) is says
 
 
 async def test_a_run_that_never_searched_or_whose_search_failed_ends_answered(tmp_path, fake_openai):

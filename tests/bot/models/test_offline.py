@@ -78,6 +78,11 @@ async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
         ),
         ("Hi PolicyPal, what is the hotel limit? thanks!", ["What is the hotel limit?"]),
         ("Where is parking? Where is parking?", ["Where is parking?"]),
+        (
+            "what's the taxi limit per ride, and the mileage rate if i drive?",
+            ["What's the taxi limit per ride?", "What's the mileage rate if i drive?"],
+        ),
+        ("What is the hotel and the meal limit?", ["What is the hotel and the meal limit?"]),  # one subject
     ],
 )
 def test_question_splitting_is_conservative(question: str, parts: list[str]) -> None:
@@ -158,6 +163,8 @@ async def test_search_errors_are_reported_honestly() -> None:
         ("We have ransomware on the file server!", "security_incident", "critical"),
         ("I need access to the finance shared drive, no rush", "access", "low"),
         ("Outlook keeps crashing", "software", "normal"),
+        ("just got 5 MFA push notifications i didn't trigger??", "security_incident", "normal"),
+        ("I typed my password into a fake login page, need a ticket", "security_incident", "normal"),
     ],
 )
 async def test_problem_report_proposes_a_ticket(message: str, category: str, urgency: str) -> None:

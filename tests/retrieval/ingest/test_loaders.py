@@ -91,6 +91,14 @@ def test_front_matter_sets_title_source_section_audience_and_id(tmp_path: Path) 
     assert "title:" not in doc.text and doc.text.startswith("# Remote and Hybrid Work")
 
 
+def test_front_matter_classification_is_kept_and_changes_the_hash_only_when_set(tmp_path: Path) -> None:
+    body = "# Reorg\n\nThe new structure starts in May.\n"
+    plain = load_one(write(tmp_path / "reorg.md", f"---\ntitle: Reorg\n---\n\n{body}"))
+    marked = load_one(write(tmp_path / "reorg.md", f"---\ntitle: Reorg\nclassification: confidential\n---\n\n{body}"))
+    assert (plain.classification, marked.classification) == (None, "confidential")
+    assert plain.content_hash != marked.content_hash
+
+
 def test_front_matter_with_windows_line_endings_keeps_its_metadata(tmp_path: Path) -> None:
     text = "---\ntitle: Bonus plan\nsection: Exec\naudience: [executives]\n---\n\n# Bonus plan\n\nThe pool is 4%.\n"
     for name, ending in (("crlf.md", "\r\n"), ("cr.md", "\r")):

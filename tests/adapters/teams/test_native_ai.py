@@ -1,0 +1,218 @@
+"""Teams' AI surface end to end: the run's progress and the answer streamed in a personal chat, the AI label
+and native citations on every answer, Teams' own feedback loop stored with the run, Teams' size limit kept,
+and attached files named as not read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from adapters.teams.activity import FILE_DOWNLOAD
+from adapters.teams.answers import MESSAGE_BYTES, activity_bytes, answer_activities, cited_text, claim
+from bot.types import Answer, Citation
+from retrieval import Passage
+from tests.adapters.teams.test_app import Teams, answer_citing_first_passage, conversation_key_of, running_teams
+from tests.bot.helpers import OnePassage, eventually
+from tests.fakes.bot_connector import Recorded
+from tests.fakes.openai_server import FakeOpenAI, respond, text, tool_calls
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest_asyncio.fixture
+async def teams(
+    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Teams]:
+    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
+        yield harness
+
+
+AI_MESSAGE = "https://schema.org/Message"
+
+
+def stream_info(recorded: Recorded) -> dict[str, Any] | None:
+    return next((e for e in recorded.json.get("entities") or [] if e.get("type") == "streaminfo"), None)
+
+
+def label_of(recorded: Recorded) -> dict[str, Any]:
+    (label,) = [e for e in recorded.json.get("entities") or [] if e.get("type") == AI_MESSAGE]
+    return label
+
+
+def long_answer_citing_first_passage(paragraphs: int = 6) -> Any:
+    def answer(body: dict[str, Any]) -> Any:
+        cite = json.loads(body["messages"][-1]["content"])["results"][0]["cite"]
+        lines = [f"Point {n}: annual leave is planned with your manager well ahead. " * 3 for n in range(paragraphs)]
+        return text("\n\n".join([f"You get 25 days a year [{cite}].", *lines]))
+
+    return respond(answer)
+
+
+async def test_a_personal_chat_shows_the_runs_progress_then_streams_the_answer_with_label_citations_and_thumbs(
+    teams: Teams,
+):
+    teams.model.script(
+        tool_calls(("search_policies", {"query": "annual leave days"})), long_answer_citing_first_passage()
+    )
+    activity = teams.channel.personal_message("How many vacation days do I get?")
+    await teams.post(activity)
+    final = await teams.reply()
+    steps = [(r.type, (stream_info(r) or {}).get("streamType"), r.text) for r in teams.channel.recorded]
+    informative = [t for kind, stream, t in steps if stream == "informative"]
+    assert informative == [
+        "Reading the policies…",
+        "Searching the policies for “annual leave days”…",
+        "Reading what I found…",
+    ]
+    streaming = [t for kind, stream, t in steps if stream == "streaming"]
+    assert len(streaming) >= 2 and all(final.text.startswith(t) for t in streaming)
+    assert [stream for _, stream, _ in steps] == ["informative"] * 3 + ["streaming"] * len(streaming) + ["final"]
+    (stream,) = teams.channel.streams.values()
+    assert stream.final is not None and stream.final["text"] == final.text  # one message stays in the chat
+    assert final.text.startswith("You get 25 days a year [1].")
+    (cited,) = label_of(final)["citation"]
+    assert label_of(final)["additionalType"] == ["AIGeneratedContent"]
+    appearance = cited["appearance"]
+    assert appearance["url"].startswith("https://intranet.northwind.example/")
+    assert 0 < len(appearance["abstract"]) <= 160 and appearance["name"]
+    assert final.json["channelData"]["feedbackLoopEnabled"] is True
+    assert [a["verb"] for c in final.cards for a in c["actions"]] == ["handoff"]
+
+
+async def test_a_channel_answer_is_one_plain_message_with_the_label_and_citations_and_no_stream(teams: Teams):
+    teams.model.script(tool_calls(("search_policies", {"query": "annual leave days"})), answer_citing_first_passage())
+    await teams.post(teams.channel.channel_message("How many vacation days do I get?"))
+    reply = await teams.reply()
+    assert stream_info(reply) is None and teams.channel.streams == {}
+    assert all(stream_info(r) is None for r in teams.channel.typing)  # the typing dots, as before
+    assert reply.text == "You get 25 days a year [1]."
+    assert label_of(reply)["citation"][0]["position"] == 1
+    assert reply.json["channelData"]["feedbackLoopEnabled"] is True
+
+
+@pytest.mark.parametrize("where", ["channel", "personal"])
+async def test_a_20000_character_answer_is_split_so_no_activity_passes_teams_limit(teams: Teams, where: str):
+    body = "\n\n".join(f"Paragraph {n}. " + "The policy explains leave in detail. " * 14 for n in range(38))
+    assert len(body) > 20_000
+    teams.model.script(text(body))
+    question = "Tell me everything about leave"
+    post = teams.channel.channel_message if where == "channel" else teams.channel.personal_message
+    await teams.post(post(question))
+    await teams.settle()
+    messages = teams.channel.messages()
+    if where == "personal":  # the run's progress stream is ended by the first part: none is left open
+        assert (stream_info(messages[0]) or {}).get("streamType") == "final"
+        assert all(s.final is not None for s in teams.channel.streams.values())
+    assert len(messages) >= 2
+    assert all(activity_bytes(m.json) <= 28_000 for m in messages)
+    assert " ".join(m.text for m in messages).split() == body.split()  # nothing lost
+    assert [bool(m.json.get("channelData", {}).get("feedbackLoopEnabled")) for m in messages][-1] is True
+    assert all(not m.cards for m in messages[:-1]) and messages[-1].cards  # "Still need help?" once, at the end
+    assert all(label_of(m) for m in messages)  # every part is labelled AI-generated
+
+
+async def test_teams_feedback_loop_stores_the_vote_with_the_run_that_answered(teams: Teams):
+    teams.model.script(tool_calls(("search_policies", {"query": "annual leave days"})), answer_citing_first_passage())
+    activity = teams.channel.personal_message("How many vacation days do I get?")
+    await teams.post(activity)
+    reply = await teams.reply()
+    await teams.delivered(conversation_key_of(activity))
+    status, _ = await teams.post(teams.channel.feedback("dislike", on=reply, comment="wrong number"))
+    assert status == 200
+    (run,) = await teams.service.store.runs.of_conversation(conversation_key_of(activity), limit=1)
+    stored = await teams.service.store.runs.get(run.id)
+    assert (stored.feedback, stored.feedback_by) == ("not_helpful", "aad-alice")
+
+
+async def test_a_vote_on_a_message_that_is_no_answer_is_ignored(teams: Teams):
+    teams.model.script(text("Hello."))
+    activity = teams.channel.personal_message("hi")
+    await teams.post(activity)
+    reply = await teams.reply()
+    fake = Recorded("send", reply.conversation_id, None, {}, {}, "not-a-posted-id")
+    status, _ = await teams.post(teams.channel.feedback("like", on=fake))
+    assert status == 200
+    (run,) = await teams.service.store.runs.of_conversation(conversation_key_of(activity), limit=1)
+    assert (await teams.service.store.runs.get(run.id)).feedback is None
+
+
+async def test_a_stream_teams_will_not_end_still_delivers_the_answer_as_a_message(teams: Teams):
+    teams.model.script(
+        tool_calls(("search_policies", {"query": "annual leave days"})), long_answer_citing_first_passage()
+    )
+    teams.channel.refuse_next(403)  # the final message: the person pressed Stop, or the stream timed out
+    await teams.post(teams.channel.personal_message("How many vacation days do I get?"))
+    await teams.settle()
+    (answer,) = teams.channel.messages()
+    assert stream_info(answer) is None and answer.text.startswith("You get 25 days a year [1].")
+    assert label_of(answer)["citation"] and answer.json["channelData"]["feedbackLoopEnabled"] is True
+    assert [r.type for r in teams.channel.refusals] == ["message"]
+
+
+async def test_attached_files_are_named_as_not_read_before_the_answer(teams: Teams):
+    teams.model.script(text("Receipts are submitted in the expenses tool."))
+    attachment = {"contentType": FILE_DOWNLOAD, "name": "receipt.pdf", "content": {"downloadUrl": "https://x"}}
+    await teams.post(teams.channel.personal_message("Is this receipt OK?", attachments=[attachment]))
+    await eventually(lambda: len(teams.channel.messages()) == 2)
+    notice, answer = teams.channel.messages()
+    assert "can't read attached files" in notice.text and "receipt.pdf" in notice.text
+    assert answer.text == "Receipts are submitted in the expenses tool."
+
+
+async def test_a_cited_documents_classification_is_the_citations_sensitivity_label(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+):
+    reorg = Passage(
+        0.9,
+        "reorg.md",
+        "Reorg Plan",
+        "Reorg Plan > Timeline",
+        "https://intranet.example/reorg",
+        "The new structure starts in May, team by team.",
+        classification="confidential",
+    )
+    async for harness in running_teams(tmp_path, fake_openai, OnePassage(reorg), monkeypatch):
+        harness.model.script(
+            tool_calls(("search_policies", {"query": "reorg timeline"})),
+            text("It starts in May [Reorg Plan › Timeline]."),
+        )
+        await harness.post(harness.channel.personal_message("When does the reorg start?"))
+        reply = await harness.reply()
+        (cited,) = label_of(reply)["citation"]
+        assert reply.text == "It starts in May [1]."
+        assert cited["appearance"]["usageInfo"]["name"] == "Confidential"
+        assert cited["appearance"]["abstract"] == "The new structure starts in May, team by team."
+
+
+# --- the answer as Teams shows it, without a server ---------------------------------------------------
+
+
+async def test_a_classified_document_gives_its_citation_a_sensitivity_label():
+    citation = Citation(
+        "Reorg Plan",
+        "Timeline",
+        "https://intranet.example/reorg",
+        ("managers",),
+        "The new structure starts in May.",
+        "confidential",
+    )
+    appearance = claim(1, citation)["appearance"]
+    assert appearance["usageInfo"]["name"] == "Confidential"
+    assert appearance["abstract"] == "The new structure starts in May."
+    assert "usageInfo" not in claim(1, Citation("Leave", "Days", "https://x"))["appearance"]
+
+
+async def test_cites_become_numbered_markers_and_each_part_carries_the_citations_it_marks():
+    first, second = Citation("Leave", "Days", "https://x/leave"), Citation("Travel", "Flights", "https://x/travel")
+    body = "Leave [Leave › Days].\n\n" + "filler words here " * 1500 + "\n\nTravel [Travel › Flights]."
+    cited = cited_text(Answer(body, (first, second)))
+    assert cited.text.startswith("Leave [1].") and cited.text.endswith("Travel [2].")
+    parts = answer_activities(Answer(body, (first, second)), "run_1")
+    assert len(parts) >= 2 and all(activity_bytes(p) <= MESSAGE_BYTES + 4_000 for p in parts)
+    marks = [[c["position"] for c in p["entities"][0].get("citation", [])] for p in parts]
+    assert marks[0] == [1] and marks[-1] == [2]
