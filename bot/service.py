@@ -55,6 +55,7 @@ from bot.index import OwnedIndex
 from bot.outcomes import Outcomes, RunRecord
 from bot.pending import Decision, PendingActions
 from bot.policy_tools import reply_from_result
+from bot.redaction import bounded
 from bot.replies import (
     PRIVATE_PART,
     DecisionReply,
@@ -73,6 +74,8 @@ from bot.unicode_text import clean_text
 __all__ = ["DecisionReply", "PolicyPal", "Reply"]
 
 log = logging.getLogger(__name__)
+
+FEEDBACK_COMMENT_CHARS = 2_000  # what a person writes beside a thumbs-down: a few sentences
 
 STALE_EXECUTING = timedelta(minutes=10)  # far beyond any tool timeout: such a call's process is gone
 CASE_RETRY_AFTER = timedelta(minutes=1)  # far beyond opening one case: still without one, that attempt failed
@@ -556,8 +559,12 @@ class PolicyPal:
             link=link,
         )
 
-    async def feedback(self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str) -> bool:
-        return await self.store.runs.set_feedback(run_id, value, user_id)
+    async def feedback(
+        self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str, comment: str = ""
+    ) -> bool:
+        """Store a rating with its run; a comment is redacted (people paste tokens) and bounded."""
+        said = bounded(self.redactor.text(comment.strip()), FEEDBACK_COMMENT_CHARS) if comment.strip() else None
+        return await self.store.runs.set_feedback(run_id, value, user_id, said)
 
     async def run_of_post(self, platform: str, conversation_key: str, message_id: str) -> str | None:
         """The run whose reply a platform posted as ``message_id``: native feedback (Teams' thumbs) names

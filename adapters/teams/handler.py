@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -473,7 +474,7 @@ class TeamsBot:
     async def on_feedback_loop(self, activity: Activity) -> bool:
         """Teams' own thumbs on an answer (a ``message/submitAction`` invoke): stored with the run, as Slack's
         are. The invoke names the message, not the run: the outbox row that posted it does. The comment
-        Teams asks for is not kept (the store holds the rating and who gave it)."""
+        Teams asks for is kept with the rating (redacted, bounded)."""
         value = activity.get("value") or {}
         action = value.get("actionValue") or {}
         reaction = action.get("reaction") if value.get("actionName") == "feedback" else None
@@ -487,7 +488,10 @@ class TeamsBot:
         if run_id is None:
             log.info("teams: feedback on message %s, which is no answer on record", message_id)
             return False
-        return await self.service.feedback(run_id, "helpful" if rating == "helpful" else "not_helpful", user.id)
+        comment = _feedback_text(action.get("feedback"))
+        if rating == "helpful":
+            return await self.service.feedback(run_id, "helpful", user.id, comment)
+        return await self.service.feedback(run_id, "not_helpful", user.id, comment)
 
     async def _feedback(self, user: UserRef, data: Json) -> Json:
         run_id, value = data.get("run_id"), data.get("value")
@@ -605,3 +609,15 @@ def _action_of(activity: Activity) -> tuple[str, Json | None]:
     if data is None:
         data = {}
     return str(action.get("verb") or ""), data if isinstance(data, dict) else None
+
+
+def _feedback_text(raw: Any) -> str:
+    """The comment of a feedback-loop vote: Teams sends it JSON-encoded (``{"feedbackText": "..."}``)."""
+    if not isinstance(raw, str) or not raw.strip():
+        return ""
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        return raw  # plain text: kept as written
+    text = decoded.get("feedbackText") if isinstance(decoded, dict) else None
+    return text if isinstance(text, str) else ""

@@ -41,6 +41,7 @@ class RunRow:
     feedback: str | None
     feedback_by: str | None
     owner: str
+    feedback_comment: str | None = None  # what the person wrote with the rating (Teams' feedback loop)
     inbox_id: str | None = None  # the inbox item this run answers (None: the terminal)
     exchange: list[dict[str, Any]] | None = None  # what the thread's history keeps of it
     audience: list[str] | None = None  # the groups its answer was built for (None: before audiences)

@@ -150,9 +150,11 @@ class Runs(Repository):
         async with self._engine.connect() as conn:
             return [KnowledgeGap(*row) for row in await conn.execute(stmt)]
 
-    async def set_feedback(self, run_id: str, value: str, user_id: str) -> bool:
-        """Attach a thumbs-up/down to a run; False when the run does not exist."""
-        stmt = update(Run).where(Run.id == run_id).values(feedback=value, feedback_by=user_id)
+    async def set_feedback(self, run_id: str, value: str, user_id: str, comment: str | None = None) -> bool:
+        """Attach a thumbs-up/down (and what the person wrote with it) to a run; False when the run does
+        not exist. A new rating replaces the last one, its comment too."""
+        values = {"feedback": value, "feedback_by": user_id, "feedback_comment": comment}
+        stmt = update(Run).where(Run.id == run_id).values(**values)
         async with self._engine.begin() as conn:
             return (await conn.execute(stmt)).rowcount == 1
 

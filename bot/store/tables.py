@@ -92,6 +92,7 @@ class Run(Base):
     trace: Mapped[list[dict[str, Any]]] = mapped_column(_json())
     feedback: Mapped[str | None] = mapped_column(String(32))
     feedback_by: Mapped[str | None] = mapped_column(String(255))
+    feedback_comment: Mapped[str | None] = mapped_column(Text)  # why, when the platform asks (Teams)
     owner: Mapped[str] = mapped_column(String(255))
     # The inbox item the run answers: unique, so one item has one run (and one reply) whoever ends it.
     inbox_id: Mapped[str | None] = mapped_column(String(255), unique=True)

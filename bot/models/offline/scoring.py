@@ -129,7 +129,7 @@ def _is_label(text: str) -> bool:
     if len(words) < 3 or re.search(r"[.!?;]\s*$|\d", text):
         return False
     capitalised = sum(word[0].isupper() for word in words if word.lower() not in _SMALL_WORDS)
-    return capitalised >= LABEL_SHARE * sum(word.lower() not in _SMALL_WORDS for word in words)
+    return bool(capitalised >= LABEL_SHARE * sum(word.lower() not in _SMALL_WORDS for word in words))
 
 
 _SMALL_WORDS = frozenset(["a", "an", "and", "or", "of", "the", "to", "in", "on", "for", "with", "by", "at", "from"])

@@ -13,6 +13,7 @@ SECOND_UNIT = 0.85  # a second sentence is quoted when it scores this close to t
 TABLE_TIE = 0.9  # rows of a quoted row's table scoring this close are quoted with it
 TABLE_CHARS = 900  # ... when they fit in this many characters
 LIST_NEIGHBOUR = 0.6  # the item next to a quoted item is quoted with it when it scores this much of it
+NEXT_SENTENCE = 0.6  # the sentence after a lone quoted sentence, when it scores this much of it
 
 
 def chosen(ranked: Sequence[Scored]) -> list[Candidate]:
@@ -23,7 +24,29 @@ def chosen(ranked: Sequence[Scored]) -> list[Candidate]:
         second = next((other for other in ranked[1:] if _may_join(other, best, picked)), None)
         if second is not None:
             picked += _with_its_group(second, ranked)
+        else:
+            picked += _next_sentence(best, ranked)
     return sorted(dict.fromkeys(picked), key=lambda candidate: candidate.order)
+
+
+def _next_sentence(best: Scored, ranked: Sequence[Scored]) -> list[Candidate]:
+    """The sentence that follows a lone best sentence in its passage, when it is on the point too: a
+    rule's figure or condition is often in the sentence after the one that names it."""
+    unit = best.candidate.unit
+    if unit.table is not None or unit.items is not None:
+        return []
+    following = (
+        s
+        for s in ranked
+        if s.candidate.passage == best.candidate.passage
+        and s.candidate.unit.position == unit.position + 1
+        and s.candidate.unit.table is None
+        and s.candidate.unit.items is None
+    )
+    after = next(following, None)
+    if after is None or after.score < NEXT_SENTENCE * best.score or overlapping(after.candidate.unit.text, unit.text):
+        return []
+    return [after.candidate]
 
 
 def _may_join(other: Scored, best: Scored, picked: Sequence[Candidate]) -> bool:

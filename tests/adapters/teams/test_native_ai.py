@@ -122,11 +122,14 @@ async def test_teams_feedback_loop_stores_the_vote_with_the_run_that_answered(te
     await teams.post(activity)
     reply = await teams.reply()
     await teams.delivered(conversation_key_of(activity))
-    status, _ = await teams.post(teams.channel.feedback("dislike", on=reply, comment="wrong number"))
+    comment = "wrong number, and here is my token xoxb-1234567890-abcdefghij"
+    status, _ = await teams.post(teams.channel.feedback("dislike", on=reply, comment=comment))
     assert status == 200
     (run,) = await teams.service.store.runs.of_conversation(conversation_key_of(activity), limit=1)
     stored = await teams.service.store.runs.get(run.id)
     assert (stored.feedback, stored.feedback_by) == ("not_helpful", "aad-alice")
+    assert stored.feedback_comment is not None and stored.feedback_comment.startswith("wrong number")
+    assert "xoxb-1234567890" not in stored.feedback_comment  # people paste secrets: redacted as in traces
 
 
 async def test_a_vote_on_a_message_that_is_no_answer_is_ignored(teams: Teams):

@@ -10,6 +10,9 @@ import pytest
 from bot.models.offline.answers import NOT_IN_POLICY
 from bot.models.offline.model import COMPACTION_PREFIX, NAME, TICKET_PROPOSAL, OfflineModel
 from bot.models.offline.planning import split_question
+from bot.models.offline.scoring import Candidate, Scored
+from bot.models.offline.selection import chosen
+from bot.models.offline.units import Unit
 from bot.types import Message, ModelReply
 
 TOOLS: list[dict[str, Any]] = [
@@ -331,3 +334,37 @@ def test_asking_what_an_error_code_means_is_a_question_not_a_problem_report():
 
     assert not is_problem_report("Can I work from abroad for three weeks, and what does VPN error NG-412 mean?")
     assert is_problem_report("my vpn shows error NG-809 since this morning")
+
+
+
+LABELS = {
+    "cite": "Leave types › Advanced annual leave",
+    "source": "handbook/leave.md",
+    "score": 0.9,
+    "text": "Leave Year Beginning and Ending Dates Advanced Annual Leave\n\n"
+    "Ask your supervisor before you request advanced annual leave.",
+}
+
+
+async def test_link_labels_run_together_are_not_quoted() -> None:
+    question = "how does advanced annual leave work for the leave year?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"results": [LABELS]}]))
+
+    assert "Beginning and Ending Dates" not in (answer.text or "")  # headings or links run together
+    assert "Ask your supervisor" in (answer.text or "")
+
+
+def test_the_sentence_after_a_lone_best_sentence_comes_with_it_when_on_the_point() -> None:
+    rule, figure, elsewhere, aside = (
+        Candidate(Unit(text, position), "Leave › Carry-over", 0, position)
+        for position, text in enumerate(
+            ["You can carry over annual leave.", "The most is 240 hours.", "Leave is booked in HR Links.", "Hi."]
+        )
+    )
+    scores = [(rule, 1.0), (elsewhere, 0.8), (figure, 0.7), (aside, 0.1)]
+    ranked = [Scored(candidate, value, 1, 0) for candidate, value in scores]
+
+    assert chosen(ranked) == [rule, figure]  # the next sentence, not the better-scoring one elsewhere
+    assert chosen([Scored(rule, 1.0, 1, 0), Scored(figure, 0.5, 1, 0)]) == [rule]  # too far off the point
