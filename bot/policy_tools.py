@@ -36,10 +36,12 @@ class Searcher(Protocol):
 SEARCH_DESCRIPTION = (
     "Search the company's policy documents (people, IT, security, finance, facilities) and return the "
     "most relevant passages, each with a `cite` to quote in your answer. Covers company policies only: "
-    "not general knowledge, not live system status, not the user's own records. An empty result means "
-    "the policies do not cover it: if the first search finds nothing relevant, do not rephrase and "
-    "retry; say it is not in the policy. For a question with several parts, call this once per part "
-    "in the same turn."
+    "not general knowledge, not live system status, not the user's own records. People write in chat "
+    "words; policies use formal ones: write the query in the terms a policy would use (\"PTO\" -> "
+    "annual leave, \"WFH\" -> working from home, \"laptop died\" -> equipment replacement), and when "
+    "a question can be put in independent ways, search each phrasing in the same turn. For a question "
+    "with several parts, call this once per part in the same turn. An empty result means the policies "
+    "do not cover it: if those searches find nothing relevant, do not retry; say it is not in the policy."
 )
 TICKET_DESCRIPTION = (
     "Propose an IT support ticket for a problem the user reports or a ticket the user asks for. This "
