@@ -64,6 +64,7 @@ from adapters.teams.dedupe import handled_by_older_release, inbox_id
 from adapters.teams.sender import TeamsSender
 from adapters.teams.streaming import TeamsStreams
 from bot.agent import WORKING
+from bot.agent.progress import tell
 from bot.attachments import files_not_read
 from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
@@ -342,9 +343,7 @@ class TeamsBot:
         """The run, with its progress as the chat's informative stream updates in a personal chat."""
         key = inbound.conversation_key
         progress = self._streams.progress(key, reference) if personal else None
-        if progress is not None:
-            with contextlib.suppress(Exception):  # a status line is never worth failing the run for
-                await progress(WORKING)
+        await tell(progress, WORKING)  # best-effort, logged when it fails: never worth failing the run for
         if await self.service.handle_message(inbound, progress=progress) is None:
             self._streams.forget(key)  # another process answered: no reply from here continues the stream
 

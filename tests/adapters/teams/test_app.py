@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from aiohttp import web
 
 import adapters.teams.app as teams_module
@@ -107,13 +106,6 @@ def conversation_key_of(activity: dict[str, Any]) -> str:
     return conversation_key(activity, UserRef(""))
 
 
-
-@pytest_asyncio.fixture
-async def teams(
-    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: Any, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Teams]:
-    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
-        yield harness
 
 
 async def running_teams(

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 
-from tests.adapters.teams.test_app import Teams, running_teams
+from tests.adapters.teams.test_app import Teams
 
 pytestmark = pytest.mark.asyncio
 
-
-@pytest_asyncio.fixture
-async def teams(tmp_path: Any, fake_openai: Any, sample_index: Any, monkeypatch: pytest.MonkeyPatch
-                ) -> AsyncIterator[Teams]:  # fmt: skip
-    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
-        yield harness
 
 
 WRONG_PARTS = {  # a JSON object, but with a part of the wrong type where the SDK reads an object or a list

@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from adapters.teams.cards import CARD_CONTENT_TYPE, MESSAGE_CONTENT_TYPE
 from bot.cards import card_id
 from bot.store import PendingRecord
-from tests.adapters.teams.test_app import TICKET, Teams, running_teams
+from tests.adapters.teams.test_app import TICKET, Teams
 from tests.fakes.bot_connector import Recorded
 from tests.fakes.openai_server import text, tool_calls
 
 pytestmark = pytest.mark.asyncio
 
-
-@pytest_asyncio.fixture
-async def teams(tmp_path: Any, fake_openai: Any, sample_index: Any, monkeypatch: pytest.MonkeyPatch
-                ) -> AsyncIterator[Teams]:  # fmt: skip
-    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
-        yield harness
 
 
 async def two_cards(teams: Teams) -> tuple[Recorded, Recorded]:

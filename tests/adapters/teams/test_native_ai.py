@@ -5,12 +5,10 @@ and attached files named as not read."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from adapters.teams.activity import FILE_DOWNLOAD
 from adapters.teams.answers import MESSAGE_BYTES, activity_bytes, answer_activities, cited_text, claim
@@ -23,13 +21,6 @@ from tests.fakes.openai_server import FakeOpenAI, respond, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
 
-
-@pytest_asyncio.fixture
-async def teams(
-    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: Any, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Teams]:
-    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
-        yield harness
 
 
 AI_MESSAGE = "https://schema.org/Message"
