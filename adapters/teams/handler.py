@@ -63,8 +63,7 @@ from adapters.teams.connector import Connector, Json
 from adapters.teams.dedupe import handled_by_older_release, inbox_id
 from adapters.teams.sender import TeamsSender
 from adapters.teams.streaming import TeamsStreams
-from bot.agent import WORKING
-from bot.agent.progress import tell
+from bot.agent import WORKING, tell
 from bot.attachments import files_not_read
 from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice

@@ -11,7 +11,7 @@ from bot.agent.compaction import thread_context
 from bot.agent.decided import DecidedWrite, Verdict, decided_write
 from bot.agent.loop import SYSTEM_PROMPT, AgentDeps, LoopSettings, RunResult, run_agent
 from bot.agent.pricing import Price, PriceTable
-from bot.agent.progress import WORKING, Progress
+from bot.agent.progress import WORKING, Progress, tell
 from bot.agent.state import PendingTurn, RunState
 from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
@@ -50,6 +50,7 @@ __all__ = [
     "estimate_tokens",
     "execute_confirmed",
     "run_agent",
+    "tell",
     "thread_context",
     "to_json",
 ]
