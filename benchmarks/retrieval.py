@@ -228,7 +228,7 @@ def _rrf(
 def _signals(question: dict[str, Any], retrieval: Retrieval, passes: bool) -> dict[str, Any]:
     return {
         "id": question["id"], "answerable": question["answerable"], "passes": passes,
-        "best_dense": round(retrieval.best_dense, 4), "dense_contrast": round(retrieval.dense_contrast, 4),
+        "best_dense": round(retrieval.best_dense, 4),
         "term_strength": round(retrieval.term_strength, 4),
         "section_rank": _first_rank(retrieval.fused, question["answers"], "section"),
         "doc_rank": _first_rank(retrieval.fused, question["answers"], "doc"),

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     embedding_model: str = BUNDLED_MODEL
     top_k: int = Field(5, ge=1, le=MAX_K)
     passage_chars: int = Field(PASSAGE_CHARS, ge=200)  # of each passage given to the model; cut between rows
+    # Optional cross-encoder reranking: a fastembed cross-encoder name (unset: off), downloaded on first use
+    # unless rerank_model_dir holds its files; it re-scores the best rerank_candidates fused passages.
+    rerank_model: str | None = None
+    rerank_model_dir: Path | None = None
+    rerank_candidates: int = Field(20, ge=1, le=MAX_K)
 
     # state
     database_url: DatabaseUrl | None = None
@@ -216,6 +221,16 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _rerank_dir_names_its_model(self) -> Settings:
+        """A model directory alone says nothing: the name tells fastembed which files it holds and how to read them."""
+        if self.rerank_model_dir is not None and self.rerank_model is None:
+            raise ValueError(
+                "POLICYPAL_RERANK_MODEL_DIR is set but POLICYPAL_RERANK_MODEL is not: set the name of the "
+                "cross-encoder whose files the directory holds, or unset both to search without reranking"
+            )
+        return self
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.data_dir / 'policypal.db'}"
@@ -236,6 +251,9 @@ class Settings(BaseSettings):
             model_cache_dir=self.data_dir / "models",
             top_k=self.top_k,
             snippet_chars=self.passage_chars,
+            rerank_model=self.rerank_model,
+            rerank_model_dir=self.rerank_model_dir,
+            rerank_candidates=self.rerank_candidates,
         )
 
 

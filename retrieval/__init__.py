@@ -5,7 +5,8 @@ and answers a question with the passages that clear a relevance floor, or none. 
 RetrievalConfig (retrieval reads no environment), and every error a user can act on is named in
 retrieval.errors. The storage engines live in retrieval.backends and file loading in retrieval.ingest;
 both are imported only when used, so importing this package loads neither fastembed, nor a Qdrant
-client, nor a document parser. Nothing here imports bot or adapters.
+client, nor a document parser. A Reranker can re-score the best passages with a cross-encoder; it is
+off unless RetrievalConfig.rerank_model names one. Nothing here imports bot or adapters.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from retrieval.errors import (
     IndexMissingError,
     NoBodyText,
     PolicyIndexError,
+    RerankError,
     UnknownSectionError,
 )
 from retrieval.fusion import CANDIDATES, fuse
 from retrieval.index import PolicyIndex
 from retrieval.paths import real_path
 from retrieval.report import IndexReport, format_report
+from retrieval.rerank import Reranker
 from retrieval.roots import RootLoad, load_for_index, load_roots
 from retrieval.search import RelevanceFloor, Retrieval
 from retrieval.types import Chunk, Document, LoadFailure, LoadReport, Passage, SearchFilter
@@ -54,6 +57,8 @@ __all__ = [
     "PolicyIndex",
     "PolicyIndexError",
     "RelevanceFloor",
+    "RerankError",
+    "Reranker",
     "Retrieval",
     "RetrievalConfig",
     "RootLoad",

@@ -26,3 +26,10 @@ class RetrievalConfig:
     snippet_chars: int = PASSAGE_CHARS
     top_k: int = 5
     embed_batch_size: int = 16
+    # Optional cross-encoder reranking (retrieval.rerank), off while rerank_model is None. It names a fastembed
+    # cross-encoder (fastembed.rerank.cross_encoder.TextCrossEncoder.list_supported_models()), downloaded
+    # into model_cache_dir on first use unless rerank_model_dir holds its files (then no network is needed).
+    # rerank_candidates: how many of the fused passages the reranker re-scores, best first.
+    rerank_model: str | None = None
+    rerank_model_dir: Path | None = None
+    rerank_candidates: int = 20

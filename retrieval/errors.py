@@ -8,6 +8,7 @@ The tree; each line says what it means, then who catches it::
      +-- IndexInUseError             another process holds the embedded index: index_if_missing takes it as "exists"
      +-- IndexMismatchError          built with another embedding model: printed, with how to re-index
     EmbeddingError (RuntimeError)    the model cannot be located, verified or loaded: the CLI and config check print it
+     +-- RerankError                 the same for the optional reranker (POLICYPAL_RERANK_MODEL): caught with it
     ExtractError (Exception)         one file cannot become a document: the loader records a LoadFailure and goes on
      +-- NoBodyText                  a page of headings only: the loader records a note, not a failure
     IndexingStopped (Exception)      stop_writes() ended a run between batches: the server sends it to `policypal index`
@@ -45,6 +46,13 @@ class IndexMismatchError(PolicyIndexError):
 
 class EmbeddingError(RuntimeError):
     """A model that cannot be located, verified or loaded; the message says what to do."""
+
+
+class RerankError(EmbeddingError):
+    """A reranker model that is unknown, incomplete on disk or cannot be downloaded; the message says what to do.
+
+    A kind of EmbeddingError so that everything that already reports a model problem reports this one too.
+    """
 
 
 class ExtractError(Exception):

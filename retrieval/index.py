@@ -18,6 +18,7 @@ from retrieval.embedding import SPARSE_MODEL, Embedder
 from retrieval.errors import IndexMismatchError, IndexMissingError
 from retrieval.indexing import Indexer
 from retrieval.report import IndexReport
+from retrieval.rerank import Reranker
 from retrieval.roots import RootLoad
 from retrieval.search import RelevanceFloor, Retrieval, Searcher
 from retrieval.types import Document, Passage, SearchFilter
@@ -33,9 +34,10 @@ class PolicyIndex:
         cfg: RetrievalConfig,
         *,
         floor: RelevanceFloor | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self._context = IndexContext(backend, embedder, cfg)
-        self._searcher = Searcher(self._context, floor or RelevanceFloor())
+        self._searcher = Searcher(self._context, floor or RelevanceFloor(), reranker or Reranker.from_config(cfg))
         self._indexer = Indexer(self._context, changed=self._searcher.forget)
 
     @classmethod
@@ -47,6 +49,7 @@ class PolicyIndex:
         embedder: Embedder | None = None,
         backend: IndexBackend | None = None,
         floor: RelevanceFloor | None = None,
+        reranker: Reranker | None = None,
     ) -> PolicyIndex:
         """Open the configured index; create=True makes it if missing (indexing), else it must exist."""
         embedder = embedder or Embedder.from_config(cfg)
@@ -56,7 +59,7 @@ class PolicyIndex:
         except BaseException:
             backend.close()
             raise
-        return cls(backend, embedder, cfg, floor=floor)
+        return cls(backend, embedder, cfg, floor=floor, reranker=reranker)
 
     def __enter__(self) -> PolicyIndex:
         return self

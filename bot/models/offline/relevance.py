@@ -50,10 +50,13 @@ def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meani
 
 
 def _absent_runs(question: str, absent: set[str]) -> list[tuple[str, ...]]:
-    """Each absent word alone, and absent words written together, small words between them aside
-    ("summoned for jury duty", "merit increase"): taking out one word of a name leaves most of its
-    meaning, so alone none may weigh enough."""
+    """Each absent word alone, absent words written together, small words between them aside
+    ("summoned for jury duty", "merit increase"), and all of them at once ("a gym membership or a
+    fitness allowance"): taking out one word of a name, or one of two names for the same thing,
+    leaves most of the meaning, so alone none may weigh enough."""
     runs: list[tuple[str, ...]] = [(word,) for word in sorted(absent)]
+    if len(absent) > 1:
+        runs.append(tuple(sorted(absent)))
     current: list[str] = []
     for token in [*re.findall(r"[\w'’-]+", question.lower()), "."]:
         if token in absent:

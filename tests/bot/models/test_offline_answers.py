@@ -117,6 +117,7 @@ async def test_a_question_about_a_policy_is_never_a_ticket(offline: PolicyPal) -
     [
         "is there parking at the lisbon office?",
         "does northwind pay for a gym membership",
+        "do we get a gym membership or any kind of fitness allowance?",  # two names, neither in the policies
         "how many days off do i get for my wedding?",
         "got summoned for jury duty next month, is that paid leave or do i have to use holiday?",  # a two-word name
         "how big is the merit increase budget in portugal this year?",  # asked by someone who may not read it
