@@ -363,8 +363,10 @@ def test_the_sentence_after_a_lone_best_sentence_comes_with_it_when_on_the_point
             ["You can carry over annual leave.", "The most is 240 hours.", "Leave is booked in HR Links.", "Hi."]
         )
     )
-    scores = [(rule, 1.0), (elsewhere, 0.8), (figure, 0.7), (aside, 0.1)]
+    scores = [(rule, 1.0), (elsewhere, 0.68), (figure, 0.65), (aside, 0.1)]
     ranked = [Scored(candidate, value, 1, 0) for candidate, value in scores]
 
     assert chosen(ranked) == [rule, figure]  # the next sentence, not the better-scoring one elsewhere
     assert chosen([Scored(rule, 1.0, 1, 0), Scored(figure, 0.5, 1, 0)]) == [rule]  # too far off the point
+    near = [(rule, 1.0), (elsewhere, 0.9), (figure, 0.8), (aside, 0.75)]
+    assert chosen([Scored(c, v, 1, 0) for c, v in near]) == [rule, figure, elsewhere]  # two more at most
