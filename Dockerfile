@@ -15,8 +15,6 @@ COPY pyproject.toml README.md ./
 COPY bot ./bot
 COPY adapters ./adapters
 COPY retrieval ./retrieval
-COPY examples ./examples
-COPY manifests ./manifests
 RUN pip install --no-cache-dir -e . \
     && useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin policypal \
     && mkdir -p /data \

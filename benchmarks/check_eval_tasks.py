@@ -1,6 +1,6 @@
 """Check `policypal eval` task files, and the key facts of the labelled handbook questions, against their documents.
 
-    python benchmarks/check_eval_tasks.py examples/eval.jsonl examples/policies
+    python benchmarks/check_eval_tasks.py examples/eval.jsonl bot/sample_policies
     python benchmarks/check_eval_tasks.py --labels benchmarks/labels/18f.jsonl --docs DIR/18f-handbook/docs
 
 Tasks mode verifies each line of a tasks file: only the known keys, with the right types; unique ids;

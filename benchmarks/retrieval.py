@@ -65,7 +65,7 @@ from retrieval import (  # noqa: E402
 from retrieval.backends import SCROLL_PAGE, EdgeBackend, Hit, IndexMeta, IndexPoint, point_id  # noqa: E402
 
 CORPORA_VAR = "POLICYPAL_CORPORA"
-SAMPLE = ("sample", REPO / "examples" / "policies", REPO / "examples" / "questions.jsonl")
+SAMPLE = ("sample", REPO / "bot" / "sample_policies", REPO / "examples" / "questions.jsonl")
 REAL = (  # (name, docs folder under --corpora, labels)
     ("18f", Path("18f-handbook") / "docs", REPO / "benchmarks" / "labels" / "18f.jsonl"),
     ("sourcegraph", Path("sourcegraph-handbook") / "docs", REPO / "benchmarks" / "labels" / "sourcegraph.jsonl"),
@@ -410,15 +410,16 @@ def report(work: Path, available: Sequence[tuple[str, Path, Path]], quick: bool,
 
 def print_indexing(corpora: list[Corpus], indexing: dict[str, dict[str, Any]]) -> None:
     print("## Indexing (fresh index; embedding includes the model load)\n")
-    print("| corpus | docs | chunks | total s | embedding s | other s | embedding share | peak RSS MB | "
-          "unchanged re-index s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| corpus | docs | chunks | total s | embedding s | other s | embedding share | chunks/s embedding | "
+          "chunks/s total | peak RSS MB | unchanged re-index s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for corpus in corpora:
         row = indexing[corpus.name]
         again = reindex_seconds(corpus)
         print(f"| {corpus.name} | {row['documents']} | {row['chunks']} | {row['seconds']:.1f} | "
               f"{row['embed_seconds']:.1f} | {row['seconds'] - row['embed_seconds']:.1f} | "
-              f"{row['embed_share']:.0%} | {row['peak_rss_mb']:.0f} | {again:.2f} |")
+              f"{row['embed_share']:.0%} | {row['chunks'] / row['embed_seconds']:.1f} | "
+              f"{row['chunks'] / row['seconds']:.1f} | {row['peak_rss_mb']:.0f} | {again:.2f} |")
     print()
 
 

@@ -5,14 +5,17 @@ real slack_sdk client); a sender process plays Slack's Events API (signed reques
 connections opened beforehand unless ``--cold``); this process plays Slack's Web API and the model
 (a scripted OpenAI-compatible server answering every run after ``--latency`` seconds). After
 the burst, every event is delivered again with ``X-Slack-Retry-Num: 1`` (``--redeliver``), which
-must start no run. Prints ack latency p50/p99/max, runs started, replies posted, and the server's
-peak memory (VmHWM).
+must start no run. Prints ack latency p50/p99/max, runs started, replies posted (answers, and "busy"
+refusals of messages that waited the whole ``POLICYPAL_QUEUE_WAIT_S`` for a run slot), and the server's
+peak memory (VmHWM). The server opens its service as ``policypal serve`` does (``serving=True``): the
+per-user limit and the cap on runs at once apply, with the settings' defaults (this shell's POLICYPAL_
+variables are not passed on; ``--queue-wait S`` sets ``POLICYPAL_QUEUE_WAIT_S``).
 
     python benchmarks/slack_ack.py [--events 200] [--latency 1.0] [--redeliver 200] [--cold] [--no-gc-freeze]
-                                   [--index-during DIR]
+                                   [--index-during DIR] [--queue-wait S] [--postgres URL]
 
-``--index-during DIR``: the server holds a real embedded index (of examples/policies), and
-``policypal index DIR`` runs through it (adapters/server/index_socket.py) while the burst arrives, so the
+``--index-during DIR``: the server holds a real embedded index (of bot/sample_policies), and
+``policypal index DIR`` runs through it (adapters/control/) while the burst arrives, so the
 acks share the server process with the embedding model.
 """
 
@@ -48,6 +51,7 @@ SECRET = "benchmark-signing-secret"
 INDEX_HEAD_START_S = 3.0
 USERS = 20
 TARGET_P99_MS = 100.0
+BUSY_MARK = "answering a lot of questions right now"  # in the refusal after the queue wait (bot.runtime.busy_text)
 
 
 # --- the server process -----------------------------------------------------------------------------
@@ -70,7 +74,8 @@ def serve(port: int, freeze_gc: bool, real_index: bool) -> None:
 
     async def make_app() -> web.Application:
         settings = load_settings()
-        service = await open_service(settings, searcher=None if real_index else NoSearch())
+        # serving=True, as `policypal serve` opens it: the per-user limit and the cap on runs at once apply.
+        service = await open_service(settings, searcher=None if real_index else NoSearch(), serving=True)
         app = build_app(settings, service)
 
         async def close_service(_: web.Application) -> None:
@@ -304,8 +309,10 @@ async def run_on(args: argparse.Namespace, database_url: str | None) -> int:
         data_dir, port = Path(tmp), free_port()
         url = f"http://127.0.0.1:{port}"
         env, indexing = server_env(data_dir, model, slack, database_url), None
+        if args.queue_wait is not None:
+            env["POLICYPAL_QUEUE_WAIT_S"] = str(args.queue_wait)
         if args.index_during:
-            built = policypal(["index", str(REPO / "examples" / "policies")], env, data_dir)
+            built = policypal(["index", str(REPO / "bot" / "sample_policies")], env, data_dir)
             if built.wait() != 0:
                 raise SystemExit(f"indexing the sample policies failed:\n{built.stderr.read() if built.stderr else ''}")
         real_index = bool(args.index_during)
@@ -341,7 +348,7 @@ async def run_on(args: argparse.Namespace, database_url: str | None) -> int:
             print(f"runs in the database:    {runs}")
             model.stop()
             slack.stop()
-    ok = runs == args.events and len(slack.calls_to("chat.postMessage")) == args.events
+    ok = runs == args.events and len(slack.calls_to("chat.postMessage")) == args.events  # every one answered
     return 0 if ok and percentile(sent["acks"], 0.99) * 1000 < TARGET_P99_MS else 1
 
 
@@ -366,10 +373,13 @@ def report(
         rms = [a * 1000 for a in redelivered]
         print(f"redelivery ack latency:  p50 {percentile(rms, 0.5):.1f} ms, p99 {percentile(rms, 0.99):.1f} ms")
     print(f"runs started:            {len(model.requests)} (model requests; scripted latency {args.latency:.1f} s)")
-    print(f"replies posted:          {len(slack.calls_to('chat.postMessage'))}")
+    posted = slack.calls_to("chat.postMessage")
+    busy = [call for call in posted if BUSY_MARK in f"{call.get('text') or ''} {call.block_text}"]
+    print(f"replies posted:          {len(posted)}: {len(posted) - len(busy)} answered, {len(busy)} told busy")
     print(f"all replies in:          {total_s:.1f} s after the first event")
     print(f"server peak memory:      {peak_mb:.0f} MB (VmHWM)")
     print(f"gc.freeze() at start-up: {'yes' if args.gc_freeze else 'no'}")
+    print(f"queue wait:              {'default' if args.queue_wait is None else f'{args.queue_wait:g} s'}")
 
 
 def main() -> int:
@@ -388,6 +398,8 @@ def main() -> int:
     )
     parser.add_argument("--index-during", type=Path, metavar="DIR",
                         help="index DIR through the server (real embedded index) while the burst arrives")
+    parser.add_argument("--queue-wait", type=float, metavar="S", default=None,
+                        help="POLICYPAL_QUEUE_WAIT_S for the server (default: the setting's default)")
     parser.add_argument("--real-index", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--send", metavar="URL", help=argparse.SUPPRESS)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
+from platformdirs import user_data_dir
 from pydantic import (
     AfterValidator,
     AliasChoices,
@@ -89,7 +90,9 @@ _TEXT_TYPES = (str, SecretStr, Path)
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="POLICYPAL_", env_file=".env", extra="ignore", populate_by_name=True)
 
-    data_dir: Path = Path("data")
+    # One per-user home whatever the working directory (~/.local/share/policypal on Linux), so every
+    # command finds the same index and database; the container sets POLICYPAL_DATA_DIR=/data.
+    data_dir: Path = Field(default_factory=lambda: Path(user_data_dir("policypal")))
 
     # model
     openai_api_key: SecretStr | None = Field(default=None, validation_alias=_env("OPENAI_API_KEY"))
@@ -122,14 +125,20 @@ class Settings(BaseSettings):
     rerank_model: str | None = None
     rerank_model_dir: Path | None = None
     rerank_candidates: int = Field(20, ge=1, le=MAX_K)
+    source_base_url: HttpUrl | None = None  # citations of files link here + their path in the indexed folder
 
     # state
     database_url: DatabaseUrl | None = None
 
     # serving (policypal serve)
     user_runs_per_minute: NonNegativeInt = 10  # per user, across every replica (0: no limit)
-    max_concurrent_runs: PositiveInt = 16  # per process; beyond it a polite "busy" reply
-    busy_wait_s: NonNegativeFloat = 2.0  # how long a message may wait for a free run slot before that reply
+    max_concurrent_runs: PositiveInt = 16  # per process; beyond it a message waits its turn, first come first served
+    # How long a message may wait for a run slot before a polite "busy" reply; long enough that a burst of a
+    # few hundred messages is served. POLICYPAL_BUSY_WAIT_S is its old name (default 2), still read.
+    queue_wait_s: NonNegativeFloat = Field(
+        120.0,
+        validation_alias=AliasChoices(*_env("POLICYPAL_QUEUE_WAIT_S").choices, *_env("POLICYPAL_BUSY_WAIT_S").choices),
+    )
     shutdown_grace_s: NonNegativeFloat = 20.0  # on SIGTERM, how long in-flight runs may take before they give up
     sweep_interval_s: PositiveFloat = 10.0  # heartbeat, crash recovery and expired cards, this often
     worker_stale_s: PositiveFloat = 30.0  # a process silent this long is dead: its runs are recovered
@@ -254,6 +263,7 @@ class Settings(BaseSettings):
             rerank_model=self.rerank_model,
             rerank_model_dir=self.rerank_model_dir,
             rerank_candidates=self.rerank_candidates,
+            source_base_url=self.source_base_url,
         )
 
 

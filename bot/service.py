@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from bot.agent import (
     SYSTEM_PROMPT,
+    WORKING,
     AgentDeps,
     DecidedWrite,
     Progress,
@@ -33,6 +34,7 @@ from bot.agent import (
     decided_write,
     execute_confirmed,
     run_agent,
+    tell,
     thread_context,
 )
 from bot.attachments import files_not_read
@@ -66,7 +68,7 @@ from bot.replies import (
     reply_posts,
     text_post,
 )
-from bot.runtime import BUSY_TEXT, THIS_PROCESS, Admission, InFlight, Metrics, log_context
+from bot.runtime import THIS_PROCESS, Admission, InFlight, Metrics, busy_text, log_context, queued_text
 from bot.store import DeliveryRecord, NewPost, PendingRecord, PendingState, Place, Store, utcnow
 from bot.types import Answer, GaveUp, Inbound, Message, Pending, TerminationReason, UserRef
 from bot.unicode_text import clean_text
@@ -116,6 +118,7 @@ class PolicyPal:
         self.admission = admission  # None: no rate limit and no cap (tests, the console)
         self.metrics = metrics or Metrics()
         self.inflight = InFlight()  # what a graceful shutdown drains
+        self.metrics.queued.set_function(lambda: self.admission.slots.queued if self.admission is not None else 0)
         self._stops: dict[str, set[asyncio.Event]] = {}  # conversation -> its running runs' cancel events
         self.redactor = self.helpdesk.redactor  # traces are read by operators: no pasted secrets in them
 
@@ -126,7 +129,8 @@ class PolicyPal:
     ) -> Reply | None:
         """Run the agent for one message and commit its reply; None when another process answered it.
 
-        A person over their rate, or a process at its cap, gets a polite refusal instead of a run.
+        A person over their rate gets a polite refusal instead of a run; beyond the process's cap on runs
+        at once a message waits its turn (told its place on ``progress``), refused only after the queue wait.
         ``progress``: the platform's status line, told what the run is doing (bot.agent.progress).
         """
         inbound = replace(inbound, text=clean_text(inbound.text))  # storable: no lone surrogates
@@ -163,9 +167,12 @@ class PolicyPal:
         also = text_post("notice", note, where, _item()) if note else []
         if self.admission is None:
             return await self._run(state, where, cancel, also=also, progress=progress)
-        async with self.admission.slots.slot() as admitted:
-            if not admitted:
-                return await self._refuse(inbound, where, "busy", BUSY_TEXT)
+        on_queued = (lambda ahead: tell(progress, queued_text(ahead))) if progress is not None else None
+        async with self.admission.slots.slot(on_queued) as turn:
+            if not turn.admitted:
+                return await self._refuse(inbound, where, "busy", busy_text(turn.waited_s))
+            if turn.queued:
+                await tell(progress, WORKING)  # its status line said "Queued" until now
             return await self._run(state, where, cancel, also=also, progress=progress)
 
     async def _refuse(self, inbound: Inbound, where: Where, reason: RefusalReason, text: str) -> Reply | None:

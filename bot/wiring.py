@@ -18,7 +18,7 @@ from bot.delivery import Outbox, OutboxPolicy, SweepPolicy
 from bot.errors import ConfigError, UnknownPrice
 from bot.helpdesk import CaseDeliveries, Destination, Helpdesk, TranscriptLimits
 from bot.index import OwnedIndex
-from bot.models import OFFLINE_MODEL, OfflineModel, OpenAIChatModel
+from bot.models import OFFLINE_MODEL, OfflineModel
 from bot.pending import PendingActions
 from bot.policy_tools import Searcher, policy_tools
 from bot.redaction import Redactor
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RUN_MARGIN_S = 60.0  # beyond the deadline: persisting and replying; no live run is older
-SAMPLE_POLICIES = Path(__file__).resolve().parents[1] / "examples" / "policies"
+SAMPLE_POLICIES = Path(__file__).resolve().parent / "sample_policies"  # package data: found installed too
 
 
 def build_model(settings: Settings, embedder: Embedder | None = None) -> ChatModel:
@@ -44,6 +44,8 @@ def build_model(settings: Settings, embedder: Embedder | None = None) -> ChatMod
     """
     if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
         return OfflineModel(_dense(embedder) if embedder is not None else None)
+    from bot.models import OpenAIChatModel  # the SDK loads only when a key is set
+
     return OpenAIChatModel(
         api_key=settings.openai_api_key.get_secret_value(),
         base_url=settings.openai_base_url,
@@ -147,7 +149,7 @@ def admission_for(settings: Settings, store: Store) -> Admission:
     """The per-user limit (shared through the database) and this process's cap on runs at once."""
     return Admission(
         UserRateLimit(store, settings.user_runs_per_minute),
-        RunSlots(settings.max_concurrent_runs, settings.busy_wait_s),
+        RunSlots(settings.max_concurrent_runs, settings.queue_wait_s),
     )
 
 
@@ -156,8 +158,9 @@ def sweep_policy(settings: Settings) -> SweepPolicy:
     return SweepPolicy(
         interval_s=settings.sweep_interval_s,
         stale_after_s=settings.worker_stale_s,
-        # A run is recorded before it waits for a slot, so its age includes that wait.
-        max_run_s=settings.busy_wait_s + settings.deadline_s + RUN_MARGIN_S,
+        # Earlier releases recorded a run before it waited for a slot, so its age may include that wait. (A
+        # message queued now is only an inbox item leased by a live process: no sweep takes it for dead.)
+        max_run_s=settings.queue_wait_s + settings.deadline_s + RUN_MARGIN_S,
     )
 
 

@@ -25,7 +25,7 @@ class RetrievalConfig:
     chunk_overlap_tokens: int = 32
     snippet_chars: int = PASSAGE_CHARS
     top_k: int = 5
-    embed_batch_size: int = 16
+    embed_batch_size: int = 4  # fastest measured (benchmarks/embedding_speed.py); bigger batches pad more
     # Optional cross-encoder reranking (retrieval.rerank), off while rerank_model is None. It names a fastembed
     # cross-encoder (fastembed.rerank.cross_encoder.TextCrossEncoder.list_supported_models()), downloaded
     # into model_cache_dir on first use unless rerank_model_dir holds its files (then no network is needed).
@@ -33,3 +33,6 @@ class RetrievalConfig:
     rerank_model: str | None = None
     rerank_model_dir: Path | None = None
     rerank_candidates: int = 20
+    # Where the indexed folder is published (a wiki, a Git host): a file's citation links to this URL plus
+    # its path inside the folder; None: the path alone. Never the server's own path (retrieval.sources).
+    source_base_url: str | None = None

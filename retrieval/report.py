@@ -8,7 +8,9 @@ from pathlib import Path
 
 from retrieval.types import LoadFailure
 
-NAMES_SHOWN = 10  # unchanged documents are summarised past this many
+# Each list of names is summarised past this many ("… and 227 more"): a handbook's 237 file names on
+# one line hide the counts. Failures are not: each is printed in full with its reason, to be acted on.
+NAMES_SHOWN = 10
 
 
 @dataclass
@@ -49,7 +51,7 @@ def format_report(report: IndexReport, location: str) -> str:
         _names("added", report.added),
         _names("replaced", report.replaced),
         _names("removed", report.removed),
-        _names("unchanged (skipped)", report.unchanged, limit=NAMES_SHOWN),
+        _names("unchanged (skipped)", report.unchanged),
         _names("duplicates (skipped)", [f"{path} (same as {other})" for path, other in report.duplicates]),
         f"  failed ({len(report.failures)}): skipped, each listed with its reason" if report.failures else "",
         _names("notes", [f"{path}: {note}" for path, note in report.notes]),
@@ -57,9 +59,9 @@ def format_report(report: IndexReport, location: str) -> str:
     return "\n".join(line for line in lines if line) + "\n"
 
 
-def _names(label: str, names: Sequence[str], *, limit: int | None = None) -> str:
+def _names(label: str, names: Sequence[str]) -> str:
     if not names:
         return ""
-    shown = list(names) if limit is None else list(names[:limit])
+    shown = list(names[:NAMES_SHOWN])
     more = f", … and {len(names) - len(shown)} more" if len(shown) < len(names) else ""
     return f"  {label} ({len(names)}): {', '.join(shown)}{more}"

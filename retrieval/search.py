@@ -23,6 +23,7 @@ from retrieval.context import IndexContext
 from retrieval.errors import UnknownSectionError
 from retrieval.fusion import CANDIDATES, fuse
 from retrieval.rerank import Reranker
+from retrieval.sources import shown_source
 from retrieval.types import Passage, SearchFilter
 
 CORPUS_SIZE_TTL_S = 60.0
@@ -107,7 +108,8 @@ class Searcher:
         if not self.floor.admits(retrieval):
             return []  # the floor reads the raw signals: a reranker never revives what it removed
         hits = self._reranked(query, retrieval.fused)[:k] if reranking else retrieval.fused
-        return [passage(hit.score, hit.payload, self._context.cfg.snippet_chars) for hit in hits]
+        cfg = self._context.cfg
+        return [passage(hit.score, hit.payload, cfg.snippet_chars, cfg.source_base_url) for hit in hits]
 
     def _reranked(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
         """The fused candidates in the cross-encoder's order, scored by its logit squashed to 0-1."""
@@ -165,14 +167,14 @@ class Searcher:
         return self._size_cache[1]
 
 
-def passage(score: float, payload: dict[str, Any], snippet_chars: int) -> Passage:
-    """A stored point as the agent and the CLI see it, its text cut to snippet_chars."""
+def passage(score: float, payload: dict[str, Any], snippet_chars: int, source_base_url: str | None = None) -> Passage:
+    """A stored point as the agent and the CLI see it, its text cut to snippet_chars, its source as readers see it."""
     return Passage(
         score=score,
         doc_id=str(payload.get("doc_id", "")),
         title=str(payload.get("title", "")),
         heading=str(payload.get("heading", "")),
-        source=str(payload.get("source", "")),
+        source=shown_source(payload, source_base_url),
         text=snippet(_body(payload), snippet_chars),
         section=payload.get("section"),
         audience=tuple(str(group) for group in payload.get("audience") or ()),

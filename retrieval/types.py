@@ -61,7 +61,7 @@ class Passage:
     doc_id: str
     title: str
     heading: str
-    source: str
+    source: str  # for readers: the document's URL, or its path inside the indexed folder (retrieval.sources)
     text: str
     section: str | None = None
     audience: tuple[str, ...] = ()  # the document's; empty: everyone may read it

@@ -16,7 +16,7 @@ from tests.fakes.openai_server import FakeOpenAI, fake_openai_server
 pytest_plugins = ["tests.databases"]  # the store fixtures (SQLite and PostgreSQL), for every package
 
 REPO = Path(__file__).resolve().parent.parent
-SAMPLE_POLICIES = REPO / "examples" / "policies"
+SAMPLE_POLICIES = REPO / "bot" / "sample_policies"
 PLATFORM_VARS = ("OPENAI_", "SLACK_", "MICROSOFTAPP", "POLICYPAL_")
 TEST_VARS = ("POLICYPAL_TEST_",)  # set by CI for the tests themselves (the PostgreSQL URL): kept
 
@@ -28,6 +28,15 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.upper().startswith(PLATFORM_VARS) and not name.upper().startswith(TEST_VARS):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def isolated_data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default data home (platformdirs honours XDG_DATA_HOME) under this test's tmp, never the real
+    user's home: a test that sets no POLICYPAL_DATA_DIR, and every process it starts, keeps state here."""
+    home = tmp_path / "xdg-data-home"
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    return home / "policypal"
 
 
 @pytest.fixture(autouse=True)

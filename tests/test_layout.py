@@ -162,3 +162,23 @@ def test_the_agent_loop_loads_neither_the_database_layer_nor_a_model_sdk():
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_openai_sdk_loads_only_when_its_model_is_asked_for():
+    """Without a key the offline model answers, so wiring the service must not pay for importing the SDK."""
+    script = (
+        "import sys, bot.wiring, bot.models; before = 'openai' in sys.modules; "
+        "bot.models.OpenAIChatModel; print(before, 'openai' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert result.stdout.split() == ["False", "True"]
+
+
+def test_a_terminal_command_run_alone_loads_neither_a_model_sdk_nor_aiohttp():
+    """`policypal ask` offline talks to no remote service and serves nothing: its start-up pays for neither."""
+    script = (
+        "import sys, adapters.cli.main, adapters.cli.console, adapters.cli.served; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'openai', 'aiohttp', 'slack_bolt', 'botbuilder'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert result.stdout.strip() == "[]"

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal, TextIO
 
+from adapters.cli.prompting import INTERRUPTED, read_line
+from adapters.cli.terminal_service import TerminalService
 from adapters.destinations import destinations
 from bot.cards import when
 from bot.config import Settings
@@ -19,7 +21,7 @@ from bot.service import DecisionReply, PolicyPal, Reply
 from bot.store import utcnow
 from bot.types import Answer, GaveUp, Inbound, Pending, UserRef
 from bot.wiring import SAMPLE_POLICIES, open_service
-from retrieval import PolicyIndexError
+from retrieval import IndexMissingError, PolicyIndexError
 
 Decide = Literal["confirm", "cancel"] | None
 DELIVERY_WAIT_S = 10.0  # the terminal waits this long for the helpdesk; failures stay in the outbox
@@ -32,7 +34,7 @@ def inbound(text: str, user: UserRef, thread: str) -> Inbound:
 
 
 async def ask(
-    service: PolicyPal,
+    service: TerminalService,
     question: str,
     user: UserRef,
     *,
@@ -45,13 +47,17 @@ async def ask(
     reply = await service.handle_message(inbound(question, user, uuid.uuid4().hex[:12]))
     assert reply is not None  # a fresh event id is never a duplicate
     decided: DecisionReply | None = None
+    interrupted = False
     if isinstance(reply.outcome, Pending):
         if not as_json:
             out.write(render(reply) + "\n")
-        choice = answer_pending or _prompt_choice(prompt)
+        try:
+            choice = answer_pending or _prompt_choice(prompt)
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: neither confirmed nor cancelled
+            choice, interrupted = None, True
         if choice is not None:
             decided = await decide(service, reply.outcome, user, choice)
-        elif not as_json:  # no terminal to ask on (a pipe, a script): say how to decide, or it looks done
+        elif not as_json:  # no terminal, input ended, or Ctrl-C: say how to decide, or it looks done
             out.write(_left_open(reply.outcome) + "\n")
     if as_json:
         out.write(json.dumps(outcome_json(reply, decided), indent=2, ensure_ascii=False) + "\n")
@@ -60,26 +66,31 @@ async def ask(
     elif not isinstance(reply.outcome, Pending):
         out.write(render(reply) + "\n")
     await deliver_cases(service, reply, decided, out=None if as_json else out)
+    if interrupted:
+        return INTERRUPTED
     final = decided.reply if decided and decided.reply else reply
     return 0 if isinstance(final.outcome, Answer | Pending) else 3
 
 
-async def decide(service: PolicyPal, pending: Pending, user: UserRef, choice: str) -> DecisionReply:
+async def decide(service: TerminalService, pending: Pending, user: UserRef, choice: str) -> DecisionReply:
     action = pending.action
     return await service.decide(action.id, user, choice, action.args_hash)  # type: ignore[arg-type]
 
 
 async def chat(
-    service: PolicyPal, user: UserRef, *, read: Callable[[str], str] = input, out: TextIO = sys.stdout
+    service: TerminalService, user: UserRef, *, read: Callable[[str], str] = input, out: TextIO = sys.stdout
 ) -> int:
     """A conversation in one thread: follow-ups see the earlier questions and answers."""
     thread = uuid.uuid4().hex[:12]
     out.write("PolicyPal: ask about company policies. Empty line or Ctrl-D to quit.\n")
     while True:
         try:
-            question = read("you> ").strip()
+            question = read_line(read, "you> ").strip()
         except EOFError:
             return 0
+        except KeyboardInterrupt:
+            out.write("\n")
+            return INTERRUPTED
         if not question:
             return 0
         reply = await service.handle_message(inbound(question, user, thread))
@@ -87,14 +98,22 @@ async def chat(
         out.write(render(reply) + "\n")
         decided = None
         if isinstance(reply.outcome, Pending):
-            choice = _read_choice(read)  # the next line, from wherever the questions come (a pipe too)
-            if choice is not None:
+            try:
+                choice = _read_choice(read)  # the next line, from wherever the questions come (a pipe too)
+            except KeyboardInterrupt:  # the action stays open, and the terminal says how to decide it
+                out.write(_left_open(reply.outcome) + "\n")
+                return INTERRUPTED
+            if choice is None:
+                out.write(_left_open(reply.outcome) + "\n")
+            else:
                 decided = await decide(service, reply.outcome, user, choice)
                 out.write(render_decision(decided) + "\n")
         await deliver_cases(service, reply, decided, out=out)
 
 
-async def deliver_cases(service: PolicyPal, reply: Reply, decided: DecisionReply | None, *, out: TextIO | None) -> None:
+async def deliver_cases(
+    service: TerminalService, reply: Reply, decided: DecisionReply | None, *, out: TextIO | None
+) -> None:
     """Deliver the helpdesk cases this exchange opened, waiting a bounded time; failures stay queued."""
     for case_id in _case_ids(reply, decided):
         results = await service.outbox.run_once(case_number(case_id), timeout_s=DELIVERY_WAIT_S)
@@ -123,7 +142,10 @@ def _case_ids(reply: Reply, decided: DecisionReply | None) -> list[str]:
 
 def _left_open(pending: Pending) -> str:
     action = pending.action
-    return f"(left open: `policypal decide {action.id} confirm` or `cancel`; or ask with --yes or --no)"
+    return (
+        f"Left open: action {action.id} is still pending; decide it later with "
+        f"`policypal decide {action.id} confirm` or `cancel` (a script can ask with --yes or --no)."
+    )
 
 
 def _prompt_choice(prompt: Callable[[str], str] | None) -> Decide:
@@ -134,10 +156,17 @@ def _prompt_choice(prompt: Callable[[str], str] | None) -> Decide:
 
 
 def _read_choice(prompt: Callable[[str], str]) -> Decide:
-    """Confirm on y or yes, cancel on anything else; None (left open) when the input has ended."""
+    """Confirm on y or yes, cancel on anything else; None (left open) when the input has ended.
+
+    Ctrl-C raises KeyboardInterrupt at once (not at the next Enter), so the caller leaves the action open.
+    """
     try:
-        answer = prompt("Confirm? [y/N] ").strip().lower()
+        answer = read_line(prompt, "Confirm? [y/N] ").strip().lower()
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")  # end the prompt's line (input() wrote it there): what follows starts afresh
+        raise
     except EOFError:
+        sys.stdout.write("\n")
         return None
     return "confirm" if answer in ("y", "yes") else "cancel"
 
@@ -227,23 +256,40 @@ def _outcome_fields(reply: Reply) -> dict[str, Any]:
 
 async def run_terminal(settings: Settings, args: argparse.Namespace, user_id: str) -> int:
     """Entry for `policypal ask|chat|decide`: open the service on embedded defaults and run the command."""
-    user = UserRef(id=user_id, name=user_id, groups=tuple(args.group))
-    ensure_sample_index(settings)
     try:
-        service = await open_service(settings, destinations=destinations(settings))
+        service = await _open_indexing_first(settings)
     except PolicyIndexError as exc:  # e.g. `policypal serve` holds the embedded index
         print(exc, file=sys.stderr)
         return 1
     try:
         await recover_unless_served(service, timedelta(seconds=settings.worker_stale_s))
-        if args.command == "ask":
-            choice: Decide = "confirm" if args.yes else "cancel" if args.no else None
-            return await ask(service, args.question, user, answer_pending=choice, as_json=args.json)
-        if args.command == "chat":
-            return await chat(service, user)
-        return await decide_by_id(service, args.pending_id, user, args.decision)
+        return await run_command(service, args, user_id)
     finally:
         await service.close()
+
+
+async def _open_indexing_first(settings: Settings) -> PolicyPal:
+    """The service; on first use (no index yet) the sample policies are indexed, then it opens.
+
+    Opening is the check: checking for the index before opening it opened the index twice on every run.
+    """
+    wanted = destinations(settings)
+    try:
+        return await open_service(settings, destinations=wanted)
+    except IndexMissingError:  # raised before anything else is opened
+        ensure_sample_index(settings)
+        return await open_service(settings, destinations=wanted)
+
+
+async def run_command(service: TerminalService, args: argparse.Namespace, user_id: str) -> int:
+    """`ask`, `chat` or `decide` on a service: this process's own, or the running server's (served.py)."""
+    user, out = UserRef(id=user_id, name=user_id, groups=tuple(args.group)), sys.stdout  # stdout as it is now
+    if args.command == "ask":
+        choice: Decide = "confirm" if args.yes else "cancel" if args.no else None
+        return await ask(service, args.question, user, answer_pending=choice, as_json=args.json, out=out)
+    if args.command == "chat":
+        return await chat(service, user, out=out)
+    return await decide_by_id(service, args.pending_id, user, args.decision, out=out)
 
 
 async def recover_unless_served(service: PolicyPal, alive_within: timedelta, out: TextIO = sys.stderr) -> int:
@@ -263,7 +309,7 @@ async def recover_unless_served(service: PolicyPal, alive_within: timedelta, out
 
 
 async def decide_by_id(
-    service: PolicyPal, pending_id: str, user: UserRef, choice: str, out: TextIO = sys.stdout
+    service: TerminalService, pending_id: str, user: UserRef, choice: str, out: TextIO = sys.stdout
 ) -> int:
     """Decide a pending action from a later process: the card's hash comes from the stored call."""
     record = await service.pending.get(pending_id)

@@ -65,7 +65,9 @@ async def run_eval(
         return 2
     if searcher is None:
         from adapters.cli.console import ensure_sample_index
+        from adapters.cli.data_home import make_data_home
 
+        make_data_home(settings, err)  # only now that the task file passed: a bad one leaves nothing behind
         ensure_sample_index(settings)
     try:
         with progress(len(tasks), err) as tick:

@@ -90,11 +90,17 @@ def run_search(
     except (PolicyIndexError, EmbeddingError) as exc:
         print(exc, file=sys.stderr)
         return 1
+    print_passages(passages, as_json=as_json, out=out)
+    return 0
+
+
+def print_passages(passages: Sequence[Passage], *, as_json: bool = False, out: TextIO | None = None) -> None:
+    """What `policypal search` prints, whether it searched here or the running server searched for it."""
+    out = out or sys.stdout
     if as_json:
         out.write(json.dumps([p.as_dict() for p in passages], ensure_ascii=False, indent=2) + "\n")
     else:
         out.write(format_passages(passages))
-    return 0
 
 
 def index_if_missing(cfg: RetrievalConfig, paths: Path | Sequence[Path]) -> bool:

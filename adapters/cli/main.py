@@ -7,21 +7,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import getpass
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from adapters.cli.data_home import prepare_for_command
 from bot.config import Settings, load_settings, without_secrets
 from bot.errors import ConfigError
 from retrieval import MAX_K
+
+# Commands that close everything they open before returning, so the process may end without teardown.
+QUICK_EXIT = frozenset({"ask", "chat", "decide", "search"})
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="policypal", description="A policy assistant for Slack and Teams.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug output to stderr")
+    parser.add_argument("--version", action="version", version=f"policypal {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     index = sub.add_parser("index", help="index policy documents (files or directories)")
@@ -92,6 +101,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _installed_version() -> str:
+    """The version pip installed (one home: pyproject.toml); a bare source checkout says so instead."""
+    try:
+        return version("policypal")
+    except PackageNotFoundError:
+        return "(not installed: run pip install -e .)"
+
+
 def _user_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user", default=None, help="user id (default: your login name)")
     parser.add_argument("--group", action="append", default=[], help="audience group (repeatable)")
@@ -102,17 +119,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         settings = load_settings()
-        return _run(args, settings)
+        code = _run(args, settings)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    if argv is None and args.command in QUICK_EXIT:  # the `policypal` process itself; callers pass argv
+        _exit_skipping_teardown(code)
+    return code
+
+
+def _exit_skipping_teardown(code: int) -> NoReturn:
+    """End the process now: the command has closed its store and index, and freeing every module on the
+    way out (onnxruntime, SQLAlchemy, ...) cost 0.3-1 s of a 4 s `policypal ask` (benchmarks/cli_timing.py).
+    """
+    atexit._run_exitfuncs()  # what registered for exit still runs: logging's final flush among them
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # e.g. a closed pipe: the interpreter's own exit would fail the same way, with 120
+        code = code or 120
+    os._exit(code)
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     """The command, with a database or data directory it cannot use as one line (exit 1), not a traceback."""
     try:
+        prepare_for_command(args.command, settings)  # the data home, made and named the first time
         return _dispatch(args, settings)
     except (OSError, SQLAlchemyError) as exc:  # refused connection, POLICYPAL_DATA_DIR naming a file, ...
         logging.debug("policypal %s failed", args.command, exc_info=True)
@@ -174,7 +208,7 @@ def _whole_number(value: str, *, most: int | None) -> int:
 def _index(settings: Settings, paths: list[str], *, remove: bool = False) -> int:
     """Index (or remove) here, or through `policypal serve` when it holds the embedded index."""
     from adapters.cli.index import run_index, run_remove
-    from adapters.server import forward_index
+    from adapters.control import forward_index
     from bot.identity import known_groups
 
     cfg = settings.retrieval()
@@ -198,9 +232,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "index":
         return _index(settings, args.paths, remove=args.remove)
     if args.command == "search":
-        from adapters.cli.index import run_search
-
-        return run_search(settings.retrieval(), args.query, k=args.k, section=args.section, as_json=args.json)
+        return _search(args, settings)
     if args.command == "serve":
         from adapters.server import run_server
 
@@ -229,9 +261,27 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(show_gaps(settings, limit=args.n, as_json=args.json))
     if args.command == "eval":
         return _eval(args, settings)
-    from adapters.cli.console import run_terminal
+    return asyncio.run(_terminal(args, settings))
 
-    return asyncio.run(run_terminal(settings, args, _user_id(args)))
+
+def _search(args: argparse.Namespace, settings: Settings) -> int:
+    """Search here, or through `policypal serve` when it holds the embedded index."""
+    from adapters.cli.index import run_search
+    from adapters.cli.served import search_served
+
+    served = asyncio.run(search_served(settings, args))
+    if served is not None:
+        return served
+    return run_search(settings.retrieval(), args.query, k=args.k, section=args.section, as_json=args.json)
+
+
+async def _terminal(args: argparse.Namespace, settings: Settings) -> int:
+    """`ask`, `chat`, `decide` on the service of `policypal serve` when it holds the embedded index, else here."""
+    from adapters.cli.console import run_terminal
+    from adapters.cli.served import terminal_served
+
+    served = await terminal_served(settings, args, _user_id(args))
+    return served if served is not None else await run_terminal(settings, args, _user_id(args))
 
 
 def _handoffs(args: argparse.Namespace, settings: Settings) -> int:

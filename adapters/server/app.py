@@ -18,18 +18,15 @@ import contextlib
 import gc
 import logging
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from adapters.app_keys import READINESS, SERVICE, SETTINGS
 from adapters.checks import PLATFORM_CHECKS
+from adapters.control import INDEX, index_action, serving, socket_path, terminal_actions
 from adapters.destinations import destinations
 from adapters.server.health import QuietProbesAccessLogger, add_health_routes, count_platform_requests, register_probes
-from adapters.server.index_socket import serving, socket_path
 from bot.config import Settings
 from bot.config_check import find_problems, report
 from bot.delivery import Sweeper
@@ -38,7 +35,6 @@ from bot.redaction import Redactor
 from bot.runtime import configure_json_logging
 from bot.service import PolicyPal
 from bot.wiring import open_service, sweep_policy
-from retrieval import IndexingStopped, format_report, load_for_index
 
 __all__ = ["SERVICE", "SETTINGS", "build_app", "run_server"]
 
@@ -60,7 +56,7 @@ def build_app(settings: Settings, service: PolicyPal | None = None, *, sweep: bo
     add_health_routes(app)
     app.cleanup_ctx.append(_service_context(service))
     app.cleanup_ctx.append(_outbox_worker)
-    app.cleanup_ctx.append(_index_socket)
+    app.cleanup_ctx.append(_control_socket)
     from adapters.slack import add_slack_routes
     from adapters.teams import add_teams_routes
 
@@ -113,34 +109,19 @@ async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:
     await outbox.drain(outbox.post_policy.deliver_timeout_s)
 
 
-async def _index_socket(app: web.Application) -> AsyncIterator[None]:
-    """Let `policypal index` reach the embedded index this server holds (adapters/server/index_socket.py)."""
-    cfg = app[SETTINGS].retrieval()
-    owned = app[SERVICE].searcher
+async def _control_socket(app: web.Application) -> AsyncIterator[None]:
+    """Let `policypal index|search|ask|chat|decide` reach the embedded index this server holds (adapters/control)."""
+    settings = app[SETTINGS]
+    cfg, service = settings.retrieval(), app[SERVICE]
+    owned = service.searcher
     if cfg.qdrant_url or owned is None:
-        yield  # a Qdrant server takes writes from any process; a test's searcher indexes nothing
+        yield  # a Qdrant server takes every process; a test's searcher indexes nothing
         return
-    groups = known_groups(app[SETTINGS].user_groups)  # this server's groups decide who can read a document
-
-    async def index_paths(paths: list[Path], remove: bool) -> dict[str, Any]:
-        started = time.perf_counter()
-        if remove:
-            report, location = await owned.remove_roots(paths)
-            failures = [[str(failure.path), failure.reason] for failure in report.failures]
-            return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
-        loads, nothing = await asyncio.to_thread(load_for_index, paths, known_groups=groups)
-        failures = [[str(f.path), f.reason] for load in loads for f in load.report.failures]
-        if nothing:
-            return {"error": nothing, "failures": failures}
-        try:
-            report, location = await owned.index_loads(loads)
-        except IndexingStopped as exc:  # the server is shutting down: say so, it is not a failure of the files
-            return {"error": str(exc), "failures": failures}
-        report.seconds = time.perf_counter() - started  # reading and parsing the files included
-        failures = [[str(failure.path), failure.reason] for failure in report.failures]
-        return {"text": format_report(report, location), "failures": failures, "ok": report.ok}
-
-    async with serving(socket_path(cfg), index_paths):
+    actions = {
+        INDEX: index_action(owned, known_groups(settings.user_groups)),  # this server's groups decide readers
+        **terminal_actions(service, owned, draining=lambda: app[READINESS].draining),
+    }
+    async with serving(socket_path(cfg), actions):
         try:
             yield
         finally:  # before the socket closes, which waits for the request: indexing a folder takes minutes

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from bot.config import Settings
 from bot.errors import PackageError
 
-MANIFEST_DIR = Path(__file__).resolve().parents[2] / "manifests" / "teams"
+MANIFEST_DIR = Path(__file__).resolve().parent / "manifest"  # package data: found installed too
 APP_ID_PLACEHOLDER = "{{MICROSOFT_APP_ID}}"
 PACKAGE_FILES = ("manifest.json", "color.png", "outline.png")
 

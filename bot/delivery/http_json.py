@@ -23,12 +23,13 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from bot.delivery.retry import RetryPolicy
 from bot.errors import RemoteError
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ class JsonHttp:
 
         ``body`` is encoded as JSON; ``data`` is sent as given (JSON already encoded, e.g. to sign it).
         """
+        import aiohttp  # here, not at the top: a process that calls no remote service never loads it
+
         if data is None and body is not None:
             data = json_bytes(body)
         sent = {"Accept": "application/json", **self._headers, **(headers or {})}
@@ -114,6 +117,8 @@ class JsonHttp:
             self._session = None
 
     def _client(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.policy.timeout_s))
         return self._session

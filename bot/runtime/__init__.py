@@ -7,12 +7,12 @@ from bot.runtime.inflight import InFlight
 from bot.runtime.logs import configure_json_logging, log_context
 from bot.runtime.metrics import Metrics
 from bot.runtime.process import THIS_PROCESS, ProcessId
-from bot.runtime.ratelimit import BUSY_TEXT, Admission, RunSlots, UserRateLimit
+from bot.runtime.ratelimit import Admission, UserRateLimit
 from bot.runtime.readiness import Readiness
+from bot.runtime.slots import RunSlots, SlotTurn, busy_text, queued_text
 from bot.runtime.tasks import BackgroundTasks
 
 __all__ = [
-    "BUSY_TEXT",
     "THIS_PROCESS",
     "Admission",
     "BackgroundTasks",
@@ -22,7 +22,10 @@ __all__ = [
     "ProcessId",
     "Readiness",
     "RunSlots",
+    "SlotTurn",
     "UserRateLimit",
+    "busy_text",
     "configure_json_logging",
     "log_context",
+    "queued_text",
 ]

@@ -43,6 +43,7 @@ class Metrics:
             "policypal_refused_messages", "Messages refused politely, not run", ["reason", "platform"], registry=r
         )
         self.in_flight = Gauge("policypal_runs_in_flight", "Runs running in this process now", registry=r)
+        self.queued = Gauge("policypal_runs_queued", "Messages waiting for a run slot in this process now", registry=r)
         self.recovered = Counter(
             "policypal_recovered", "Work of dead processes taken over by the sweeper", ["kind"], registry=r
         )

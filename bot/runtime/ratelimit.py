@@ -1,30 +1,28 @@
 """Admission before a run: a per-user rate shared by every replica, and a per-process cap on runs at once.
 
 Both refuse with a polite reply the adapter posts like any answer: a message is never dropped in
-silence, and never queued for longer than ``RunSlots.wait_s``.
+silence. Over the cap a message first waits its turn (``bot.runtime.slots``), for up to ``RunSlots.wait_s``.
 
 The per-user limit must hold across replicas, so its counter lives in the database (``rate_windows``)
 and is bumped by one upsert (``Store.count_hit``). It is a sliding window approximated from two fixed
 windows, the current count plus the previous window's count weighted by how much of it still overlaps:
 no burst of twice the limit across a window boundary, one row per user. The concurrency cap protects
-this process's memory and CPU, so it is deliberately per process: an ``asyncio.Semaphore``.
+this process's memory and CPU, so it is deliberately per process: ``RunSlots``, a first-come queue.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from bot.runtime.slots import RunSlots
 from bot.store import Store
 
 RATE_LIMITED_TEXT = (
     "You've asked me {limit} questions in the last minute, which is as many as I take from one person. "
     "Please wait a moment, then ask again."
 )
-BUSY_TEXT = "I'm answering a lot of questions right now, so I couldn't take yours. Please ask again in a minute."
 
 
 class UserRateLimit:
@@ -53,38 +51,6 @@ class UserRateLimit:
     def oldest_window(self) -> int:
         """Counters of windows before this one no longer matter: the sweeper prunes them."""
         return int(self._clock() / self.window_s) - 1
-
-
-class RunSlots:
-    """At most ``size`` runs at once in this process; a message waits up to ``wait_s`` for a slot."""
-
-    def __init__(self, size: int, wait_s: float = 2.0) -> None:
-        self.size = size
-        self.wait_s = wait_s
-        self._free = asyncio.Semaphore(size)
-        self.busy = 0  # slots in use now
-
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[bool]:
-        """Yields True holding a slot, or False when none came free in time (say BUSY_TEXT)."""
-        if not await self._acquire():
-            yield False
-            return
-        self.busy += 1
-        try:
-            yield True
-        finally:
-            self.busy -= 1
-            self._free.release()
-
-    async def _acquire(self) -> bool:
-        if not self._free.locked():
-            return await self._free.acquire()  # a free slot: no timer, so wait_s=0 still admits
-        try:
-            async with asyncio.timeout(self.wait_s):
-                return await self._free.acquire()
-        except TimeoutError:
-            return False
 
 
 @dataclass

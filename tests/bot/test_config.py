@@ -23,7 +23,9 @@ def refusal(monkeypatch: pytest.MonkeyPatch, **variables: str) -> str:
     return str(refused.value)
 
 
-def test_an_empty_optional_url_secret_or_path_is_unset_as_compose_passes_them(monkeypatch: pytest.MonkeyPatch):
+def test_an_empty_optional_url_secret_or_path_is_unset_as_compose_passes_them(
+    monkeypatch: pytest.MonkeyPatch, isolated_data_home: Path
+):
     settings = from_env(
         monkeypatch,
         OPENAI_BASE_URL="",
@@ -39,7 +41,7 @@ def test_an_empty_optional_url_secret_or_path_is_unset_as_compose_passes_them(mo
     assert settings.openai_base_url is None and settings.openai_api_key is None
     assert settings.slack_api_url is None and settings.slack_bot_token is None and settings.microsoft_app_id is None
     assert settings.qdrant_url is None and settings.qdrant_path is None
-    assert settings.retrieval().qdrant_path == Path("data") / "qdrant"
+    assert settings.retrieval().qdrant_path == isolated_data_home / "qdrant"
     assert settings.database_url is None and settings.helpdesk_webhook_url is None
 
 
@@ -64,6 +66,13 @@ def test_a_number_that_would_crash_or_stall_the_server_is_refused_by_its_variabl
 ):
     message = refusal(monkeypatch, **{variable: value})
     assert f"{variable}: Input should be" in message, message
+
+
+def test_the_queue_wait_serves_a_burst_by_default_and_its_old_name_is_still_read(monkeypatch: pytest.MonkeyPatch):
+    assert from_env(monkeypatch).queue_wait_s == 120.0
+    assert from_env(monkeypatch, POLICYPAL_BUSY_WAIT_S="5").queue_wait_s == 5.0  # a deployment's old setting holds
+    assert from_env(monkeypatch, POLICYPAL_QUEUE_WAIT_S="30").queue_wait_s == 30.0  # the new name wins over the old
+    assert "POLICYPAL_QUEUE_WAIT_S: Input should be" in refusal(monkeypatch, POLICYPAL_QUEUE_WAIT_S="-1")
 
 
 def test_a_sync_database_url_is_refused_naming_the_async_driver_and_hiding_the_password(
@@ -114,13 +123,15 @@ def test_an_smtp_user_without_its_password_is_refused(monkeypatch: pytest.Monkey
     assert "POLICYPAL_HELPDESK_SMTP_USER is set but POLICYPAL_HELPDESK_SMTP_PASSWORD is not" in message, message
 
 
-def test_an_empty_name_or_path_with_a_default_is_that_default(monkeypatch: pytest.MonkeyPatch):
+def test_an_empty_name_or_path_with_a_default_is_that_default(
+    monkeypatch: pytest.MonkeyPatch, isolated_data_home: Path
+):
     """``POLICYPAL_DATA_DIR=""`` (compose's ``${VAR:-}``) put the database and index in the working directory."""
     settings = from_env(
         monkeypatch, POLICYPAL_DATA_DIR="", POLICYPAL_MODEL=" ", POLICYPAL_COLLECTION="", POLICYPAL_EMBEDDING_MODEL=""
     )
     defaults = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert settings.data_dir == Path("data") and settings.resolved_database_url == defaults.resolved_database_url
+    assert settings.data_dir == isolated_data_home and settings.resolved_database_url == defaults.resolved_database_url
     assert (settings.model, settings.collection) == ("gpt-4o-mini", "policies")
     assert settings.embedding_model == defaults.embedding_model
 
@@ -129,3 +140,12 @@ def test_a_database_url_with_a_port_that_is_not_a_number_says_what_it_is(monkeyp
     message = refusal(monkeypatch, POLICYPAL_DATABASE_URL="postgresql+asyncpg://bot:pw@db:54x2/policypal")
     assert "POLICYPAL_DATABASE_URL: is not a database URL; use sqlite+aiosqlite:///" in message, message
     assert "invalid literal" not in message
+
+
+def test_the_source_base_url_reaches_retrieval_and_must_be_a_web_address(monkeypatch: pytest.MonkeyPatch):
+    """Citations of indexed files link under it (retrieval.sources); a typo must not make every link wrong."""
+    message = refusal(monkeypatch, POLICYPAL_SOURCE_BASE_URL="git.example/handbook")
+    assert "POLICYPAL_SOURCE_BASE_URL: needs http:// or https:// in front" in message, message
+    assert from_env(monkeypatch, POLICYPAL_SOURCE_BASE_URL="").retrieval().source_base_url is None
+    settings = from_env(monkeypatch, POLICYPAL_SOURCE_BASE_URL="https://git.example/handbook/blob/main")
+    assert settings.retrieval().source_base_url == "https://git.example/handbook/blob/main"

@@ -18,7 +18,7 @@ from retrieval import Document, Embedder, PolicyIndex, RetrievalConfig, Vectors
 from retrieval.backends import IndexBackend
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE_POLICIES = REPO / "examples" / "policies"
+SAMPLE_POLICIES = REPO / "bot" / "sample_policies"
 CORPORA_VAR = "POLICYPAL_TEST_CORPORA"
 # Read at import: clean_env drops every POLICYPAL_ variable before each test runs.
 TEST_CORPORA = os.environ.get(CORPORA_VAR, "")

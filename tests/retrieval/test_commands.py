@@ -37,7 +37,8 @@ def test_index_then_search_prints_passages(
     code, out, _err = run_cli(capsys, "search", "what does error KX-7731 mean?")
     assert code == 0
     assert out.startswith("1. VPN Standard > Troubleshooting  (score ")
-    assert "KX-7731" in out and str(corpus_dir / "vpn.md") in out
+    assert "KX-7731" in out and "\n   vpn.md\n" in out  # its path in the folder, as citations show it
+    assert str(corpus_dir) not in out
 
 
 def test_search_json_is_one_array_of_passages(
@@ -98,6 +99,28 @@ def test_bad_files_are_named_and_skipped_and_the_rest_indexed(
     assert f"failed: {corpus_dir / 'broken.md'}: front matter" in err
     assert f"failed: {corpus_dir.parent / 'missing'}: no such file or directory" in err
     assert "Traceback" not in err
+
+
+def test_a_large_folder_is_summarised_by_count_but_every_failure_is_named(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A handbook's 237 added file names were printed on one line; failures each need the user's action."""
+    handbook = tmp_path / "handbook"
+    handbook.mkdir()
+    for number in range(14):
+        (handbook / f"p{number:02}.md").write_text(f"# Policy {number}\n\nRule number {number} applies to desks.\n")
+    for number in range(12):
+        (handbook / f"broken{number:02}.md").write_text("---\ntitle: never closed\n\n# Body\n")
+
+    code, out, err = run_cli(capsys, "index", str(handbook))
+
+    added = ", ".join(f"p{number:02}.md" for number in range(10))
+    assert code == 1
+    assert f"  added (14): {added}, … and 4 more\n" in out and "p10.md" not in out
+    assert "  failed (12): skipped, each listed with its reason\n" in out
+    assert [line.split(": ")[1] for line in err.splitlines() if line.startswith("failed: ")] == [
+        str(handbook / f"broken{number:02}.md") for number in range(12)
+    ]
 
 
 class _Terminal(io.StringIO):

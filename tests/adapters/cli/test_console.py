@@ -5,17 +5,20 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from adapters.cli import main
 from adapters.cli.console import ask, chat, decide_by_id, outcome_json, recover_unless_served
 from bot.config import Settings
 from bot.models.offline import OfflineModel
 from bot.store import utcnow
-from bot.wiring import build_model, open_service
+from bot.wiring import SAMPLE_POLICIES, build_model, open_service
+from retrieval import Embedder, PolicyIndex
 from tests.bot.helpers import ALICE, left_executing_by_a_crash
 
 REPO = Path(__file__).resolve().parents[3]
@@ -39,6 +42,43 @@ async def test_ask_answers_with_citations_from_the_sample_policies(tmp_path, sam
     assert "NG-412" in data["answer"] or "certificate" in data["answer"].lower()
     assert any("VPN" in c["title"] for c in data["citations"])
     assert data["steps"] == 2 and data["tokens"] > 0
+
+
+async def test_an_answer_cites_the_path_inside_the_indexed_folder_not_the_servers(tmp_path):
+    """Citations of a local folder showed absolute file paths: the server's layout, to every reader."""
+    text, data = await ask_a_local_folder(tmp_path, "How many days of annual leave do I get?")
+
+    assert {c["source"] for c in data["citations"]} == {"people/leave.md"}
+    assert "(people/leave.md)\n" in text and str(tmp_path) not in text + json.dumps(data)
+
+
+async def test_with_a_source_base_url_an_answer_links_to_the_published_file(tmp_path):
+    base = "https://git.example/handbook/blob/main"
+    text, data = await ask_a_local_folder(tmp_path, "How many days of annual leave do I get?", source_base_url=base)
+
+    assert {c["source"] for c in data["citations"]} == {f"{base}/people/leave.md"}
+    assert f"({base}/people/leave.md)\n" in text
+
+
+async def ask_a_local_folder(tmp_path: Path, question: str, **settings: Any) -> tuple[str, dict[str, Any]]:
+    """The question asked (as text, then as JSON) of a folder of plain files: no front matter URL to cite."""
+    handbook = tmp_path / "srv" / "handbook"
+    (handbook / "people").mkdir(parents=True)
+    policy = (SAMPLE_POLICIES / "leave.md").read_text()
+    (handbook / "people" / "leave.md").write_text(re.sub(r"(?m)^url: .*\n", "", policy))
+    configured = Settings(_env_file=None, data_dir=tmp_path / "data", **settings)  # type: ignore[call-arg]
+    cfg = configured.retrieval()
+    embedder = Embedder(cfg.embedding_model, cfg.model_cache_dir, batch_size=16).load()
+    text, data = io.StringIO(), io.StringIO()
+    with PolicyIndex.open(cfg, create=True, embedder=embedder) as index:
+        assert index.index_paths([handbook]).ok
+        svc = await open_service(configured, searcher=index)
+        try:
+            await ask(svc, question, ALICE, out=text)
+            await ask(svc, question, ALICE, as_json=True, out=data)
+        finally:
+            await svc.close()
+    return text.getvalue(), json.loads(data.getvalue())
 
 
 async def test_a_question_the_policies_do_not_cover_says_so(tmp_path, sample_index):
@@ -211,7 +251,10 @@ async def test_ask_without_a_terminal_says_the_card_is_left_open_and_how_to_deci
     card, hint = out.getvalue().rstrip("\n").rsplit("\n", 1)
     pending_id = card.rsplit("└ pending ", 1)[1].split(" ", 1)[0]
     assert code == 0 and "needs your confirmation" in card
-    assert hint == f"(left open: `policypal decide {pending_id} confirm` or `cancel`; or ask with --yes or --no)"
+    assert hint == (
+        f"Left open: action {pending_id} is still pending; decide it later with "
+        f"`policypal decide {pending_id} confirm` or `cancel` (a script can ask with --yes or --no)."
+    )
 
 
 async def test_a_card_left_open_is_decided_by_a_later_process_and_the_terminal_posts_nothing(tmp_path, sample_index):

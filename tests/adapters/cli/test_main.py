@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,12 @@ def test_retrying_a_case_that_does_not_exist_says_so_and_exits_1(
 
     assert main(["handoffs", "HD-9999", "--retry"]) == 1
     assert capsys.readouterr().out == "No case HD-9999.\n"
+
+
+def test_version_prints_the_installed_version_and_exits_0(capsys: pytest.CaptureFixture[str]):
+    """`policypal --version` did not exist; it names the installed distribution's version."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"policypal {version('policypal')}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version("policypal"))

@@ -169,11 +169,12 @@ class Server:
 
 
 def policypal(
-    args: list[str], env: dict[str, str], cwd: Path, timeout_s: float = 60.0
+    args: list[str], env: dict[str, str], cwd: Path, timeout_s: float = 60.0, *, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """Run one CLI command to completion."""
+    """Run one CLI command to completion; ``stdin``: the lines typed into it (a pipe, not a terminal)."""
     command = [sys.executable, "-m", "adapters.cli", *args]
-    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False,
+                          input=stdin)
 
 
 @contextmanager

@@ -61,7 +61,7 @@ def test_a_ready_server_answers_counts_the_run_and_logs_json_with_its_context(
     assert metric(metrics, "policypal_tool_latency_seconds_count", tool="search_policies") == 1.0
     assert metric(metrics, "policypal_platform_requests_total", platform="slack", status="200") == 1.0
     assert metric(metrics, "policypal_pending_actions", state="open") == 0.0
-    # The index is held by the server: `policypal index` hands the paths to it (adapters/server/index_socket.py).
+    # The index is held by the server: `policypal index` hands the paths to it (adapters/control/).
     assert index_during_serve.returncode == 0, index_during_serve.stderr
     assert "indexed by the running `policypal serve`" in index_during_serve.stderr
     assert "unchanged (skipped) (2)" in index_during_serve.stdout
@@ -169,7 +169,7 @@ def test_too_many_questions_and_a_full_process_get_polite_replies(
         slack,
         POLICYPAL_USER_RUNS_PER_MINUTE="2",
         POLICYPAL_MAX_CONCURRENT_RUNS="1",
-        POLICYPAL_BUSY_WAIT_S="0.2",
+        POLICYPAL_QUEUE_WAIT_S="0.2",
     )
     with running(env, tmp_path) as server:
         alice = [dm_event(ALICE, f"question {n}") for n in range(3)]

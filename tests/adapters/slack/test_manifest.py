@@ -20,7 +20,7 @@ from jsonschema import Draft7Validator
 from slack_sdk.web.async_client import AsyncWebClient
 
 REPO = Path(__file__).resolve().parents[3]
-MANIFEST = REPO / "manifests" / "slack" / "manifest.yaml"
+MANIFEST = REPO / "adapters" / "slack" / "manifest.yaml"
 SLACK_SCHEMA = REPO / "tests" / "data" / "slack-manifest.schema.2.0.0.json"  # slackapi/manifest-schema
 ADAPTER_FILES = sorted((REPO / "adapters" / "slack").glob("*.py"))
 

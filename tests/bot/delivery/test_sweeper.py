@@ -262,7 +262,7 @@ async def test_a_run_with_no_heartbeat_is_recovered_once_it_is_older_than_any_ru
 
 
 async def test_a_run_of_ours_recorded_as_running_is_not_taken_for_dead(tmp_path, fake_openai):
-    settings = settings_for(tmp_path, fake_openai, busy_wait_s=90.0, deadline_s=20.0)
+    settings = settings_for(tmp_path, fake_openai, queue_wait_s=90.0, deadline_s=20.0)
     async with service(tmp_path, fake_openai, NoPassages()) as svc:
         sender = posted(svc)
         await start_run(svc.store, "run_queued", THIS_PROCESS)

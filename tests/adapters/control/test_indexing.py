@@ -7,54 +7,24 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from aiohttp import web
 
 from adapters.cli.index import run_index
 from adapters.cli.main import _index
+from adapters.control import INDEX, forward_index, socket_path
 from adapters.server import build_app
-from adapters.server.index_socket import ROUTE, forward_index, socket_path
-from bot.config import Settings
-from bot.service import PolicyPal
 from bot.wiring import open_service
+from tests.adapters.control.conftest import BIKES, LEAVE, write
 from tests.bot.helpers import settings_for
-from tests.fakes.openai_server import FakeOpenAI
 
 pytestmark = pytest.mark.asyncio
 
-LEAVE = "# Leave\n\n## Carrying over\n\nYou may carry over up to five unused days into the next year.\n"
-BIKES = "# Cycle to work\n\n## The scheme\n\nThe cycle-to-work scheme lends you up to 1,500 EUR for a bicycle.\n"
 
-
-def write(folder: Path, name: str, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(text)
-    return folder
-
-
-@pytest_asyncio.fixture
-async def serving(tmp_path: Path, fake_openai: FakeOpenAI) -> AsyncIterator[tuple[Settings, PolicyPal]]:
-    """`policypal serve` on loopback, holding an embedded index of one policy."""
-    settings = settings_for(tmp_path, fake_openai)
-    assert run_index(settings.retrieval(), [write(tmp_path / "policies", "leave.md", LEAVE)]) == 0
-    service = await open_service(settings)
-    runner = web.AppRunner(build_app(settings, service))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield settings, service
-    finally:
-        await runner.cleanup()
-        await service.close()
-
-
-async def test_index_during_serve_is_done_by_the_server_and_searchable_at_once(serving, tmp_path, capsys):
-    settings, service = serving
+async def test_index_during_serve_is_done_by_the_server_and_searchable_at_once(server, tmp_path, capsys):
+    settings, service = server.settings, server.service
     more = write(tmp_path / "more", "bikes.md", BIKES)
 
     code = await asyncio.to_thread(_index, settings, [str(more)])
@@ -67,8 +37,8 @@ async def test_index_during_serve_is_done_by_the_server_and_searchable_at_once(s
     assert passages and passages[0].doc_id == "bikes.md"
 
 
-async def test_remove_during_serve_is_done_by_the_server_even_for_a_folder_that_is_gone(serving, tmp_path, capsys):
-    settings, service = serving
+async def test_remove_during_serve_is_done_by_the_server_even_for_a_folder_that_is_gone(server, tmp_path, capsys):
+    settings, service = server.settings, server.service
     more = write(tmp_path / "more", "bikes.md", BIKES)
     assert await asyncio.to_thread(_index, settings, [str(more)]) == 0
     (more / "bikes.md").unlink()
@@ -146,15 +116,15 @@ async def test_a_server_shutting_down_stops_indexing_between_batches_and_says_so
     assert "the server is shutting down" in err and "run `policypal index` again" in err
 
 
-async def test_bad_requests_get_a_clear_error(serving):
-    settings, _ = serving
+async def test_bad_requests_get_a_clear_error(server):
+    settings = server.settings
     connector = aiohttp.UnixConnector(path=str(socket_path(settings.retrieval())))
     async with aiohttp.ClientSession(connector=connector) as session:
         for body in ({"paths": "relative/dir"}, {"paths": ["relative/dir"]}, {"nothing": 1}):
-            async with session.post(f"http://localhost{ROUTE}", json=body) as response:
+            async with session.post(f"http://localhost{INDEX}", json=body) as response:
                 assert response.status == 400
                 assert (await response.json())["error"] == 'send {"paths": [absolute paths], "remove": false}'
-        async with session.post(f"http://localhost{ROUTE}", json={"paths": ["/x"], "remove": "yes"}) as response:
+        async with session.post(f"http://localhost{INDEX}", json={"paths": ["/x"], "remove": "yes"}) as response:
             assert response.status == 400 and (await response.json())["error"] == "`remove` must be true or false"
 
 
@@ -167,7 +137,7 @@ async def test_a_socket_left_by_a_killed_server_is_ignored_and_the_cli_indexes_i
     stale.close()
     socket_path(cfg).chmod(0o600)  # as our server made it
 
-    assert forward_index(cfg, [tmp_path / "policies"]) is None
+    assert await asyncio.to_thread(forward_index, cfg, [tmp_path / "policies"]) is None  # as the CLI calls it
     assert await asyncio.to_thread(_index, settings, [str(write(tmp_path / "more", "bikes.md", BIKES))]) == 0
 
 
@@ -187,8 +157,8 @@ async def test_a_socket_that_cannot_be_created_is_logged_and_the_server_still_st
     assert "cannot listen on" in caplog.text
 
 
-async def test_a_folder_with_nothing_to_index_leaves_the_served_index_alone(serving, tmp_path, capsys):
-    settings, service = serving
+async def test_a_folder_with_nothing_to_index_leaves_the_served_index_alone(server, tmp_path, capsys):
+    settings, service = server.settings, server.service
     chunks = await service.searcher.ping()
     (tmp_path / "policies" / "leave.md").unlink()  # the indexed folder is now empty
 
@@ -208,7 +178,7 @@ async def test_an_unreadable_answer_on_the_socket_is_reported_not_a_traceback(tm
         return web.Response(text="<html>not json</html>")
 
     app = web.Application()
-    app.router.add_post(ROUTE, not_json)
+    app.router.add_post(INDEX, not_json)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.UnixSite(runner, str(path)).start()
@@ -250,4 +220,4 @@ async def test_a_socket_we_did_not_make_is_refused_and_gets_no_paths(tmp_path, f
         await server.wait_closed()
     err = capsys.readouterr().err
     assert code == 1 and received == []
-    assert f"Refusing the index socket {socket_path(cfg)}: " in err
+    assert f"Refusing the control socket {socket_path(cfg)}: " in err
