@@ -155,13 +155,15 @@ def test_every_package_names_its_public_surface():
     assert missing == []
 
 
-def test_the_agent_loop_loads_neither_the_database_layer_nor_a_model_sdk():
-    script = (
-        "import sys, bot.agent; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'openai', 'aiohttp', 'retrieval'}))"
-    )
+def loaded_by(imports: str, packages: set[str]) -> list[str]:
+    """Which of ``packages`` a fresh interpreter has loaded after ``import {imports}``."""
+    script = f"import sys, {imports}; print(sorted({{m.split('.')[0] for m in sys.modules}} & {packages!r}))"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
-    assert result.stdout.strip() == "[]"
+    return list(ast.literal_eval(result.stdout.strip()))
+
+
+def test_the_agent_loop_loads_neither_the_database_layer_nor_a_model_sdk():
+    assert loaded_by("bot.agent", {"sqlalchemy", "openai", "aiohttp", "retrieval"}) == []
 
 
 def test_the_openai_sdk_loads_only_when_its_model_is_asked_for():
@@ -176,9 +178,5 @@ def test_the_openai_sdk_loads_only_when_its_model_is_asked_for():
 
 def test_a_terminal_command_run_alone_loads_neither_a_model_sdk_nor_aiohttp():
     """`policypal ask` offline talks to no remote service and serves nothing: its start-up pays for neither."""
-    script = (
-        "import sys, adapters.cli.main, adapters.cli.console, adapters.cli.served; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'openai', 'aiohttp', 'slack_bolt', 'botbuilder'}))"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
-    assert result.stdout.strip() == "[]"
+    terminal = "adapters.cli.main, adapters.cli.console, adapters.cli.served"
+    assert loaded_by(terminal, {"openai", "aiohttp", "slack_bolt", "botbuilder"}) == []
