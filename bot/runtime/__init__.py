@@ -5,6 +5,7 @@ readiness, its own identity, background tasks and small caches.
 from bot.runtime.cache import ExpiringCache
 from bot.runtime.inflight import InFlight
 from bot.runtime.logs import configure_json_logging, log_context
+from bot.runtime.memory import release_freed_memory
 from bot.runtime.metrics import Metrics
 from bot.runtime.process import THIS_PROCESS, ProcessId
 from bot.runtime.ratelimit import Admission, UserRateLimit
@@ -28,4 +29,5 @@ __all__ = [
     "configure_json_logging",
     "log_context",
     "queued_text",
+    "release_freed_memory",
 ]
