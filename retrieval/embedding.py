@@ -211,12 +211,12 @@ class Embedder:
     def embed_documents(self, texts: Sequence[str]) -> list[Vectors]:
         """Embed passages, returned in the order given.
 
-        The model runs on batches of ``batch_size`` texts of similar token length: a batch is padded
+        The model runs on batches of ``batch_size`` texts of similar length: a batch is padded
         to its longest text, so mixing lengths wastes most of the work, and a bounded batch bounds
         ONNX memory however many texts a caller passes.
         """
         dense, sparse = self._models()
-        order = sorted(range(len(texts)), key=lambda i: self.count_tokens(texts[i]))
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # by characters: no second tokenizing
         vectors: dict[int, Vectors] = {}
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
