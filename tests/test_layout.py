@@ -5,6 +5,7 @@ breaks a rule fails here, naming the file."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -166,13 +167,42 @@ def test_the_agent_loop_loads_neither_the_database_layer_nor_a_model_sdk():
     assert loaded_by("bot.agent", {"sqlalchemy", "openai", "aiohttp", "retrieval"}) == []
 
 
-def test_the_openai_sdk_loads_only_when_its_model_is_asked_for():
-    """Without a key the offline model answers, so wiring the service must not pay for importing the SDK."""
+def test_the_openai_sdk_loads_only_when_its_model_first_calls_the_endpoint():
+    """Start-up builds the model (the config check one more) and must not pay about 0.4 s for the SDK;
+    the offline model never does. The first call loads it (here to a port nobody listens on)."""
     script = (
-        "import sys, bot.wiring, bot.models; before = 'openai' in sys.modules; "
-        "bot.models.OpenAIChatModel; print(before, 'openai' in sys.modules)"
+        "import asyncio, sys, bot.wiring\n"
+        "from bot.errors import ModelError\n"
+        "from bot.models import OpenAIChatModel\n"
+        "model = OpenAIChatModel(api_key='sk-test', model='m', base_url='http://127.0.0.1:9/v1', max_retries=0)\n"
+        "print('openai' in sys.modules)\n"
+        "try:\n"
+        "    asyncio.run(model.complete([{'role': 'user', 'content': 'hi'}], [], max_tokens=5, timeout=5))\n"
+        "except ModelError:\n"
+        "    print('openai' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert result.stdout.split() == ["False", "True"]
+
+
+def test_a_server_without_teams_settings_never_loads_the_bot_framework_sdk(tmp_path):
+    """botbuilder costs about 0.3 s of start-up and 20 MB: building the app, checking the configuration and
+    registering the probes load it only once a Teams setting is present."""
+    script = (
+        "import asyncio, sys\n"
+        "from adapters.checks import check_teams\n"
+        "from adapters.server.app import build_app\n"
+        "from adapters.teams import teams_endpoint\n"
+        "from bot.config import Settings\n"
+        "for teams in (False, True):\n"
+        "    settings = Settings(_env_file=None, data_dir=sys.argv[1], teams_allow_unauthenticated=teams)\n"
+        "    app = build_app(settings)\n"
+        "    asyncio.run(check_teams(settings)), teams_endpoint(app)\n"
+        "    print('botbuilder' in sys.modules)\n"
+    )
+    clean = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}  # no MicrosoftAppId from a shell
+    command = [sys.executable, "-c", script, str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=clean, check=True)
     assert result.stdout.split() == ["False", "True"]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.web_log import AccessLogger
@@ -22,6 +23,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from adapters.app_keys import READINESS, SERVICE
 from bot.runtime import Readiness
 from bot.service import PolicyPal
+
+if TYPE_CHECKING:
+    from adapters.teams.app import TeamsEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -103,20 +107,18 @@ def register_probes(app: web.Application, service: PolicyPal) -> None:
     if service.searcher is not None:  # the index this process opened (a test's own searcher is not probed)
         readiness.add("index", service.searcher.ping)
     from adapters.slack import SLACK
-    from adapters.teams import TEAMS
+    from adapters.teams import teams_endpoint  # not TEAMS: that would load the Bot Framework SDK to find no Teams
 
     if SLACK in app:
         readiness.add("slack", app[SLACK].client.auth_test, every_s=SLACK_PROBE_EVERY_S)
-    if TEAMS in app:
-        readiness.add("teams", _teams_probe(app))
+    if (teams := teams_endpoint(app)) is not None:
+        readiness.add("teams", _teams_probe(teams))
 
 
-def _teams_probe(app: web.Application) -> Callable[[], Awaitable[None]]:
-    from adapters.teams import TEAMS
-
+def _teams_probe(teams: TeamsEndpoint) -> Callable[[], Awaitable[None]]:
     async def started() -> None:
         # Microsoft's login is only proved by the first real turn; here: mounted and its bot built.
-        if app[TEAMS].handler is None:
+        if teams.handler is None:
             raise RuntimeError("the Teams endpoint has not started")
 
     return started

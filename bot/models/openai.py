@@ -1,5 +1,8 @@
 """Any OpenAI-compatible chat endpoint (OpenAI, Azure OpenAI, vLLM, Ollama...) through the openai SDK.
 
+The SDK takes about 0.4 s to import, so it loads on the model's first call (``bot.models.sdk``), not
+when the model is built: a server is ready that much sooner and pays it once, off its event loop.
+
 Errors raised from here::
 
     ModelError                 the endpoint failed after the SDK's own retries (status, API message)
@@ -15,13 +18,11 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-import openai
-from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from bot.errors import ModelError, ModelTimeout
@@ -30,7 +31,7 @@ from bot.types import Message, ModelReply, ToolCall, Usage
 from bot.unicode_text import clean_text
 
 if TYPE_CHECKING:
-    pass
+    from bot.models.sdk import DeadlineAwareClient
 
 MaxTokensParam = Literal["auto", "max_completion_tokens", "max_tokens"]
 
@@ -39,26 +40,6 @@ _OPENAI_HOSTS = ("api.openai.com",)
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # OpenAI's own 401 text quotes a masked key ("sk-abc***xyz"); redact anything key-shaped as well.
 _KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}")
-
-
-_CALL_ENDS: ContextVar[float | None] = ContextVar("policypal_model_call_ends", default=None)
-
-
-class _DeadlineAwareClient(AsyncOpenAI):
-    """The SDK client, except that it does not wait out a ``Retry-After`` that ends past the call's timeout.
-
-    The SDK honours a server's Retry-After of up to minutes; inside a 20 s run that sleep only ends at
-    our deadline, so the user waited for nothing and the run read as ``deadline`` with the 429 or 503
-    hidden. Declining the retry raises the status error at once, with the API's message.
-    (``_should_retry`` is the SDK's own hook for this decision; the call's end is a context variable
-    because one client serves every run.)
-    """
-
-    def _should_retry(self, response: Any) -> bool:  # the SDK's HTTP response (its httpx flavour varies)
-        ends, wait = _CALL_ENDS.get(), self._parse_retry_after_header(response.headers)
-        if ends is not None and wait is not None and time.monotonic() + wait >= ends:
-            return False
-        return super()._should_retry(response)
 
 
 class OpenAIChatModel:
@@ -84,9 +65,15 @@ class OpenAIChatModel:
         self._api_key = api_key
         self._host = urlsplit(base_url).hostname if base_url else "api.openai.com"
         self._max_tokens_field = _resolve_max_tokens_field(max_tokens_param, self._host)
-        self._client = _DeadlineAwareClient(
-            api_key=api_key, base_url=base_url or OPENAI_BASE_URL, max_retries=max_retries
-        )
+        self._base_url = base_url or OPENAI_BASE_URL
+        self._max_retries = max_retries
+
+    @cached_property
+    def _client(self) -> DeadlineAwareClient:
+        """The SDK's client, made (and the SDK imported) on first use."""
+        from bot.models.sdk import DeadlineAwareClient
+
+        return DeadlineAwareClient(api_key=self._api_key, base_url=self._base_url, max_retries=self._max_retries)
 
     async def complete(
         self,
@@ -98,21 +85,26 @@ class OpenAIChatModel:
     ) -> ModelReply:
         """One completion; ``timeout`` bounds the whole call, the SDK's retries included."""
         request = self._request(messages, tools, max_tokens)
-        ends = _CALL_ENDS.set(time.monotonic() + timeout)
+        if "_client" not in vars(self):  # the first call imports the SDK in a thread: the event loop goes on acking
+            await asyncio.to_thread(lambda: self._client)
+        from bot.models import sdk
+
+        ends = sdk.CALL_ENDS.set(time.monotonic() + timeout)
         try:
             async with asyncio.timeout(timeout):
                 completion = await self._client.chat.completions.create(**request, timeout=timeout)
-        except (TimeoutError, openai.APITimeoutError):
+        except (TimeoutError, sdk.APITimeoutError):
             raise ModelTimeout(f"{self._where()}: no reply within {timeout:g} s") from None
-        except openai.OpenAIError as exc:
-            raise ModelError(self._redact(f"{self._where()}: {_describe(exc)}")) from None
+        except sdk.OpenAIError as exc:
+            raise ModelError(self._redact(f"{self._where()}: {sdk.describe(exc)}")) from None
         finally:
-            _CALL_ENDS.reset(ends)
+            sdk.CALL_ENDS.reset(ends)
         return _to_reply(completion, messages, tools, self._where())
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool; call once when the process shuts down."""
-        await self._client.close()
+        if "_client" in vars(self):  # never called: no client, and no SDK to import just to close it
+            await self._client.close()
 
     def _request(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -137,25 +129,6 @@ def _resolve_max_tokens_field(param: MaxTokensParam, host: str | None) -> str:
     if param != "auto":
         return param
     return "max_completion_tokens" if host in _OPENAI_HOSTS else "max_tokens"
-
-
-def _describe(exc: openai.OpenAIError) -> str:
-    """Status and the API's own message: what an operator needs to fix a key, a quota or a model name."""
-    if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {_api_message(exc)}"
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        return f"connection failed ({type(cause).__name__ if cause else 'no detail'})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _api_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict) and isinstance(message := body.get("message"), str):
-        return message
-    if isinstance(body, str) and body.strip():
-        return body.strip()[:300]
-    return exc.message
 
 
 class _Malformed(ValueError):
