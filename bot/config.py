@@ -202,6 +202,13 @@ class Settings(BaseSettings):
     teams_allowed_tenants: str | None = None  # comma-separated tenant ids; unset: any tenant
     teams_allow_unauthenticated: bool = False  # Bot Framework Emulator and tests only
 
+    # The operators' web console (adapters/web): off unless one of the first two is set
+    console_secret: SecretStr | None = Field(default=None, min_length=16)  # operators sign in with it
+    console_user_header: str | None = None  # a reverse proxy's authenticated-user header, e.g. X-Forwarded-User
+    # Operators (names from the header; "console" for the secret's sign-in; "*" anyone) who may read the
+    # traces and transcripts of runs built for restricted groups (hr, managers...). Unset: nobody.
+    console_restricted_operators: str | None = None
+
     @field_validator("*", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
@@ -239,6 +246,10 @@ class Settings(BaseSettings):
                 "cross-encoder whose files the directory holds, or unset both to search without reranking"
             )
         return self
+
+    @property
+    def console_enabled(self) -> bool:
+        return self.console_secret is not None or self.console_user_header is not None
 
     @property
     def resolved_database_url(self) -> str:

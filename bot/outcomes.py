@@ -51,6 +51,9 @@ class RunRecord:
     owner: str
     exchange: list[Message] | None = None  # what the thread's history keeps of this run
     audience: list[str] | None = None  # the groups its answer was built for: who may read the exchange later
+    place: str | None = None  # "private" (the asker alone reads the reply) or "shared"
+    citations: list[dict[str, str]] | None = None  # what the answer cited (title, heading, source)
+    guards: str | None = None  # the guards that refused a call ("repeat,search_cap"), for reports
 
     def row(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

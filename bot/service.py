@@ -104,8 +104,10 @@ class PolicyPal:
         resources: Sequence[object] = (),
         admission: Admission | None = None,
         metrics: Metrics | None = None,
+        embed: Callable[[Sequence[str]], list[list[float]]] | None = None,
     ) -> None:
         self.deps = deps
+        self.embed = embed  # texts to the index model's vectors: the console groups gaps by meaning
         self.store = store
         self.pending = pending
         self.searcher = searcher  # closed with the service when the service opened it
@@ -293,7 +295,7 @@ class PolicyPal:
         private_runs, private_posts = [], []
         if private is not None and isinstance(outcome, Answer) and isinstance(private.outcome, Answer):
             outcome = replace(outcome, text=f"{outcome.text}\n\n{_private_note(where)}")
-            sent = self._record(private, where, started)
+            sent = self._record(private, where, started, place="private")
             if where.private_channel:
                 sent = replace(sent, exchange=self._exchange(private.state, private.outcome.text))
                 private_posts = text_post("direct", private.outcome.text, where, _item(), run_id=private.run_id,
@@ -350,8 +352,11 @@ class PolicyPal:
         )
         return replace(outcome, text=case.user_reply(), transcript=case.to_json(), case_id=case.case_id)
 
-    def _record(self, result: RunResult, where: Where, started: datetime) -> RunRecord:
+    def _record(self, result: RunResult, where: Where, started: datetime, place: str | None = None) -> RunRecord:
         spent = result.state.spent
+        shared = where.readers is not None and not where.readers.private
+        cited = result.outcome.citations if isinstance(result.outcome, Answer) else ()
+        steps = result.trace.step_dicts()
         return RunRecord(
             id=result.run_id,
             conversation_key=result.state.conversation_key,
@@ -366,9 +371,12 @@ class PolicyPal:
             cost_usd=spent.cost_usd,
             latency_ms=result.trace.latency_ms,
             model=self.deps.model.name,
-            trace=self.redactor.value(result.trace.step_dicts()),
+            trace=self.redactor.value(steps),
             owner=PROCESS_OWNER,
             audience=list(result.state.reading_groups),
+            place=place or ("shared" if shared else "private"),
+            citations=[{"title": c.title, "heading": c.heading, "source": c.source} for c in cited],
+            guards=",".join(sorted({step["guard"] for step in steps if step.get("guard")})),
         )
 
     # -- Confirm and Cancel -------------------------------------------------------------------------

@@ -117,7 +117,8 @@ async def open_service(
         index = PolicyIndex.open(settings.retrieval())
         searcher = owned_index = OwnedIndex(index)
     store = await Store.open(settings.resolved_database_url)
-    model = model or build_model(settings, getattr(index or searcher, "embedder", None))
+    embedder = getattr(index or searcher, "embedder", None)
+    model = model or build_model(settings, embedder)
     try:
         tickets = build_ticket_backend(settings, store)
         deps = agent_deps(settings, model, searcher, tickets)
@@ -139,6 +140,7 @@ async def open_service(
         resources=[tickets, *destinations],
         admission=admission_for(settings, store) if serving else None,
         metrics=metrics,
+        embed=_dense(embedder) if embedder is not None else None,
     )
     # No recovery here: whoever recovers an interrupted action must tell its requester, which only
     # the server's sweeper (every platform) or the terminal (no server alive) can do.
@@ -199,7 +201,7 @@ def helpdesk_for(
 
 def _dense(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]:
     """Texts to dense vectors with the index's embedding model (already loaded: nothing new downloads)."""
-    return lambda texts: [vectors.dense for vectors in embedder.embed_documents(texts)]
+    return embedder.embed_dense
 
 
 def _warn_if_destinations_configured(settings: Settings) -> None:

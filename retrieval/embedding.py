@@ -33,6 +33,7 @@ SPARSE_MODEL = "Qdrant/bm25"
 SPARSE_DIR_NAME = "bm25"
 TOKENIZER_CONFIG = {"model_max_length": 256, "do_lower_case": True}
 SPECIAL_TOKENS_PER_INPUT = 2  # [CLS] and [SEP] count against the model's input limit
+SHORT_TEXT_BATCH = 32  # sentences and questions a batch (passages: ``batch_size``, which padding keeps small)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,18 @@ class Embedder:
             sparse_vectors = sparse.embed(batch_texts, batch_size=len(batch_texts))
             for i, d, s in zip(batch, dense_vectors, sparse_vectors, strict=True):
                 vectors[i] = _vectors(d, s)
+        return [vectors[i] for i in range(len(texts))]
+
+    def embed_dense(self, texts: Sequence[str], batch_size: int = SHORT_TEXT_BATCH) -> list[list[float]]:
+        """Dense vectors only, in the order given, for short texts (sentences, questions): they pad little, so
+        larger batches than passages' pay, and no BM25 is computed that nobody reads."""
+        dense, _ = self._models()
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors: dict[int, list[float]] = {}
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            for i, d in zip(batch, dense.embed([texts[i] for i in batch], batch_size=len(batch)), strict=True):
+                vectors[i] = d.tolist()
         return [vectors[i] for i in range(len(texts))]
 
     def embed_query(self, text: str) -> Vectors:

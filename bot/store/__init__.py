@@ -2,7 +2,7 @@
 
 ``Store`` is the one object a process opens; its repositories (``store.inbox``, ``store.outbox``,
 ``store.threads``, ``store.runs``, ``store.workers``, ``store.pending``, ``store.tickets``,
-``store.cases``, ``store.rates``) hand out the plain records below, never ORM rows.
+``store.cases``, ``store.rates``, ``store.reports``) hand out the plain records below, never ORM rows.
 ``bot.store.migrate`` (Alembic, loaded only when a database is opened or upgraded) brings a
 database to this release.
 """
@@ -23,22 +23,31 @@ from bot.store.records import (
     RunRow,
     RunStatus,
 )
+from bot.store.reports import GAP_REASONS, NOT_HELPFUL, CaseSummary, GapRun, Overview, RunFilter, RunSummary, Spread
 from bot.store.store import Store
 
 __all__ = [
+    "GAP_REASONS",
+    "NOT_HELPFUL",
+    "CaseSummary",
     "DeliveryRecord",
     "DeliveryState",
+    "GapRun",
     "HandoffRecord",
     "InboxRecord",
     "KnowledgeGap",
     "NewItem",
     "NewPost",
+    "Overview",
     "PendingRecord",
     "PendingState",
     "Place",
+    "RunFilter",
     "RunRow",
     "RunStatus",
+    "RunSummary",
     "SchemaPolicy",
+    "Spread",
     "Store",
     "UtcDateTime",
     "prepare_sqlite_file",

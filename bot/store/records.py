@@ -45,6 +45,9 @@ class RunRow:
     inbox_id: str | None = None  # the inbox item this run answers (None: the terminal)
     exchange: list[dict[str, Any]] | None = None  # what the thread's history keeps of it
     audience: list[str] | None = None  # the groups its answer was built for (None: before audiences)
+    place: str | None = None  # "private" or "shared" (None: before places were recorded)
+    citations: list[dict[str, str]] | None = None  # what the answer cited: title, heading, source
+    guards: str | None = None  # the guards that refused a call, sorted and comma-separated ("" for none)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Repositories: ``inbox`` (events written before their ack), ``outbox`` (platform writes and helpdesk
 deliveries), ``threads`` (history, places), ``runs`` and ``workers`` (runs and the processes'
-heartbeats), ``pending`` (pending actions), ``tickets`` (local tickets), ``cases`` (helpdesk cases)
-and ``rates`` (rate windows). ``transaction()`` lets writes that belong together commit together.
+heartbeats), ``pending`` (pending actions), ``tickets`` (local tickets), ``cases`` (helpdesk cases),
+``rates`` (rate windows) and ``reports`` (the operators' console's reads). ``transaction()`` lets
+writes that belong together commit together.
 
 Statements are single statements wherever correctness across processes depends on it: a claim is
 one ``INSERT ... ON CONFLICT DO NOTHING``, a pending transition one ``UPDATE ... WHERE id = :id AND
@@ -28,6 +29,7 @@ from bot.store.inbox import InboxRows
 from bot.store.outbox import OutboxRows
 from bot.store.pending import PendingRows
 from bot.store.rates import RateWindows
+from bot.store.reports import Reports
 from bot.store.runs import Runs, Workers
 from bot.store.threads import Threads
 from bot.store.tickets import TicketRows
@@ -50,6 +52,7 @@ class Store:
         self.tickets = TicketRows(engine)
         self.cases = Cases(engine)
         self.rates = RateWindows(engine)
+        self.reports = Reports(engine)
 
     @classmethod
     async def open(

@@ -72,7 +72,27 @@ class HistoryEntry(Base):
 
 class Run(Base):
     __tablename__ = "runs"
-    __table_args__ = (Index(None, "status", "owner"),)
+    __table_args__ = (
+        Index(None, "status", "owner"),
+        Index(None, "reason", "started_at"),
+        # The console's filters and reports (bot.store.reports), newest first within each.
+        Index(None, "user_id", "started_at"),
+        Index(None, "platform", "started_at"),
+        Index(None, "feedback", "started_at"),
+        # Everything the overview reads of a run: its statements scan this range and never the rows (traces).
+        Index(
+            "ix_runs_report_window",
+            "status",
+            "started_at",
+            "reason",
+            "feedback",
+            "guards",
+            "steps",
+            "input_tokens",
+            "output_tokens",
+            "cost_usd",
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     conversation_key: Mapped[str] = mapped_column(String(512), index=True)
@@ -100,6 +120,10 @@ class Run(Base):
     exchange: Mapped[list[Message] | None] = mapped_column(_json())
     # The groups the answer was built for: a later run reads the exchange only if its readers may.
     audience: Mapped[list[str] | None] = mapped_column(_json())
+    place: Mapped[str | None] = mapped_column(String(16))  # "private" (the asker alone) or "shared"
+    # What the answer cited ({title, heading, source}): the documents behind a "not helpful".
+    citations: Mapped[list[dict[str, str]] | None] = mapped_column(_json())
+    guards: Mapped[str | None] = mapped_column(String(255))  # the guards that fired, sorted, comma-separated
 
 
 class TicketRow(Base):

@@ -1,0 +1,128 @@
+"""Knowledge gaps: what people asked that the policies did not answer, grouped by meaning, exportable as CSV.
+
+A gap is a run that ended not covered, gave up for want of an answer, or was rated not helpful.
+Questions are grouped by similar wording with the bundled embedding model (``bot.insights``), each
+group with its counts, an example run's searches and what they found (when the operator may read
+that run), and, beside them, the documents most cited by answers rated not helpful.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from adapters.app_keys import SERVICE
+from adapters.web import params
+from adapters.web.keys import ACCESS
+from adapters.web.render import operator_of, page
+from bot.insights import Embed, EmbeddingCache, GapGroup, GapQuestion, gaps_csv, group_gaps
+from bot.redaction import bounded
+from bot.service import PolicyPal
+from bot.store import NOT_HELPFUL, GapRun
+
+GROUPS_SHOWN = 30
+SEARCH_TOOL = "search_policies"
+FOUND_CHARS = 600  # of each search result shown beside a group
+EXAMPLE_RUNS = 5
+
+
+@dataclass
+class Grouper:
+    """The console's question embeddings, kept between page loads (a reload embeds nothing new)."""
+
+    cache: EmbeddingCache | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def embed_for(self, service: PolicyPal) -> Embed | None:
+        if service.embed is None:
+            return None  # no embedding model in this process: the same wording only
+        if self.cache is None:
+            self.cache = EmbeddingCache(service.embed)
+        return self.cache
+
+
+GROUPER: web.AppKey[Grouper] = web.AppKey("console_gap_grouper", Grouper)
+
+
+async def show(request: web.Request) -> web.Response:
+    since, _, first, last = params.window(request)
+    groups = await _groups(request, since)
+    shown = groups[:GROUPS_SHOWN]
+    found = await _searches(request, [g.run_ids[0] for g in shown if g.run_ids])
+    sources = await request.config_dict[SERVICE].store.reports.not_helpful_sources(since)
+    return page(
+        request,
+        "gaps.html",
+        groups=shown,
+        total_groups=len(groups),
+        found=found,
+        sources=sources,
+        days=(last - first).days + 1,
+    )
+
+
+async def export(request: web.Request) -> web.Response:
+    since, _, first, last = params.window(request)
+    body = "\ufeff" + gaps_csv(await _groups(request, since))  # the BOM: spreadsheets then read it as UTF-8
+    name = f"policypal-gaps-{first.isoformat()}-to-{last.isoformat()}.csv"
+    return web.Response(
+        text=body,
+        content_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
+    )
+
+
+async def _groups(request: web.Request, since: Any) -> list[GapGroup]:
+    service = request.config_dict[SERVICE]
+    questions = questions_of(await service.store.reports.gap_runs(since))
+    grouper = request.app[GROUPER]
+    embed = grouper.embed_for(service)
+    async with grouper.lock:  # one page embeds at a time; the next finds the cache warm
+        return await asyncio.to_thread(group_gaps, questions, embed)
+
+
+def questions_of(runs: Sequence[GapRun]) -> list[GapQuestion]:
+    """One ``GapQuestion`` per distinct question text, from gap runs newest first."""
+    by_text: dict[str, list[GapRun]] = {}
+    for run in runs:
+        by_text.setdefault(run.question, []).append(run)
+    return [
+        GapQuestion(
+            text=text,
+            count=len(asked),
+            askers=len({r.user_id for r in asked}),
+            last_asked=asked[0].started_at,
+            reasons=tuple(_why(r) for r in asked),  # one per run, so a group counts runs per reason
+            run_ids=tuple(r.id for r in asked[:EXAMPLE_RUNS]),
+        )
+        for text, asked in by_text.items()
+    ]
+
+
+def _why(run: GapRun) -> str:
+    return NOT_HELPFUL if run.feedback == NOT_HELPFUL else run.reason or "unknown"
+
+
+async def _searches(request: web.Request, run_ids: list[str]) -> dict[str, list[dict[str, Any]] | None]:
+    """Per example run, its searches (query and what came back); None where the operator may not read it."""
+    service = request.config_dict[SERVICE]
+    traces = await service.store.reports.traces(run_ids)
+    access, operator = request.app[ACCESS], operator_of(request)
+    found: dict[str, list[dict[str, Any]] | None] = {}
+    for run_id, (steps, audience) in traces.items():
+        if not access.may_read(operator, audience):
+            found[run_id] = None
+            continue
+        found[run_id] = [
+            {
+                "arguments": step.get("arguments", ""),
+                "text": bounded(service.redactor.text(step.get("text") or ""), FOUND_CHARS),
+            }
+            for step in steps
+            if step.get("kind") == "tool" and step.get("name") == SEARCH_TOOL
+        ]
+    return found

@@ -1,0 +1,58 @@
+"""Query-string values, checked: a bad filter is a 400 that names it, never a 500 or a silent default."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+
+from aiohttp import web
+
+MAX_DAYS = 366
+
+
+def days(request: web.Request, default: int = 30) -> int:
+    """``?days=N``: the report's window, 1 to a year."""
+    raw = request.query.get("days", "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
+        raise web.HTTPBadRequest(text=f"days must be a whole number from 1 to {MAX_DAYS}, not {raw!r}")
+    return int(raw)
+
+
+def window(request: web.Request, default_days: int = 30) -> tuple[datetime, datetime, date, date]:
+    """The last ``days`` UTC days, today included: (since, until, first day, last day)."""
+    n = days(request, default_days)
+    last = datetime.now(UTC).date()
+    first = last - timedelta(days=n - 1)
+    return midnight(first), midnight(last + timedelta(days=1)), first, last
+
+
+def day(request: web.Request, name: str) -> date | None:
+    """``?since=YYYY-MM-DD`` and friends; empty: none."""
+    raw = request.query.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be a date like 2026-12-01, not {raw!r}") from None
+
+
+def choice(request: web.Request, name: str, allowed: set[str] | frozenset[str]) -> str | None:
+    raw = request.query.get(name, "").strip()
+    if not raw:
+        return None
+    if raw not in allowed:
+        raise web.HTTPBadRequest(text=f"{name} must be one of {', '.join(sorted(allowed))}, not {raw!r}")
+    return raw
+
+
+def text(request: web.Request, name: str, limit: int = 255) -> str | None:
+    raw = request.query.get(name, "").strip()
+    if len(raw) > limit:
+        raise web.HTTPBadRequest(text=f"{name} is longer than {limit} characters")
+    return raw or None
+
+
+def midnight(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)

@@ -1,0 +1,44 @@
+"""Signing in with the shared secret (a form, for browsers) and signing out."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from adapters.web.auth import COOKIE, SESSION_S
+from adapters.web.keys import GATE
+from adapters.web.render import page
+
+
+async def form(request: web.Request) -> web.Response:
+    """Already signed in: the form says so and offers the console."""
+    return page(request, "sign_in.html", failed=False)
+
+
+async def sign_in(request: web.Request) -> web.StreamResponse:
+    gate = request.app[GATE]
+    offered = str((await request.post()).get("secret", ""))
+    if not gate.secret_matches(offered):
+        response = page(request, "sign_in.html", status=401, failed=True)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="policypal-console"'
+        return response
+    response = _see_other(str(request.app.router["overview"].url_for()))
+    response.set_cookie(
+        COOKIE,
+        gate.session_cookie(),
+        max_age=SESSION_S,
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+        path=str(request.app.router["overview"].url_for()),
+    )
+    return response
+
+
+async def sign_out(request: web.Request) -> web.StreamResponse:
+    response = _see_other(str(request.app.router["sign_in_form"].url_for()))
+    response.del_cookie(COOKIE, path=str(request.app.router["overview"].url_for()))
+    return response
+
+
+def _see_other(location: str) -> web.Response:
+    return web.Response(status=303, headers={"Location": location})

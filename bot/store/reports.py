@@ -1,0 +1,364 @@
+"""What operators read: runs by day and ending, percentiles, filtered pages of runs, gap candidates.
+
+Read-only statements for the console (adapters/web), written to stay fast with many runs stored:
+lists page by keyset (``started_at``, ``id``) rather than OFFSET, never select a trace they do not
+show, and bound every scan they hand to Python (``SCAN_LIMIT``). The overview's statements read only the
+covering index ``ix_runs_report_window`` (never a row with its trace): its counts in one ``GROUP BY``, the
+percentiles of whole numbers from their histogram, the others as ``ORDER BY ... LIMIT 1 OFFSET k`` counted
+from the nearer end, the same SQL on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from bot.store.engine import Repository
+from bot.store.records import (
+    DeliveryRecord,
+    HandoffRecord,
+    PendingRecord,
+    to_delivery_record,
+    to_handoff_record,
+    to_pending_record,
+)
+from bot.store.tables import Handoff, OutboxRow, PendingActionRow, Run
+from bot.types import TerminationReason
+
+SCAN_LIMIT = 5_000  # rows a report reads into Python at most (the newest first)
+NOT_HELPFUL = "not_helpful"
+# Runs that ended without an answer for want of one: what a policy owner reads as a gap. A model or
+# internal error says nothing about the documents, so it is not here.
+GAVE_UP = (
+    TerminationReason.STEP_BUDGET,
+    TerminationReason.TOKEN_BUDGET,
+    TerminationReason.DEADLINE,
+    TerminationReason.COST_BUDGET,
+    TerminationReason.NO_PROGRESS,
+)
+GAP_REASONS = (TerminationReason.NOT_COVERED, *GAVE_UP)
+OPEN_ACTION_STATES = ("open", "executing", "unknown")
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """The runs list's filters; None or empty: any."""
+
+    platform: str | None = None
+    place: str | None = None  # "private" | "shared"
+    reason: str | None = None
+    user: str | None = None
+    since: datetime | None = None  # inclusive
+    until: datetime | None = None  # exclusive
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of the runs list: everything but the trace."""
+
+    id: str
+    started_at: datetime
+    platform: str
+    place: str | None
+    user_id: str
+    question: str
+    status: str
+    reason: str | None
+    steps: int
+    tokens: int
+    cost_usd: float
+    latency_ms: float
+    feedback: str | None
+    audience: list[str] | None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median and 95th percentile of one measure over a set of runs."""
+
+    median: float
+    p95: float
+
+
+@dataclass(frozen=True)
+class Overview:
+    """How runs ended over a window: per day and reason, rates, spreads, feedback, guards."""
+
+    since: datetime
+    until: datetime
+    runs: int
+    by_day: dict[date, dict[str, int]]  # day -> reason -> runs
+    by_reason: dict[str, int]
+    steps: Spread
+    tokens: Spread
+    cost_usd: Spread
+    feedback: dict[str, int]  # "helpful" / "not_helpful" -> runs
+    guards: dict[str, int]  # guard -> runs where it fired
+
+    def rate(self, *reasons: str) -> float:
+        """The share of runs that ended with one of ``reasons``."""
+        return sum(self.by_reason.get(r, 0) for r in reasons) / self.runs if self.runs else 0.0
+
+
+@dataclass(frozen=True)
+class GapRun:
+    """A run that shows a gap: not covered, gave up for want of an answer, or rated not helpful."""
+
+    id: str
+    question: str
+    user_id: str
+    reason: str | None
+    feedback: str | None
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class CaseSummary:
+    """A helpdesk case with its deliveries, for the cases list."""
+
+    case: HandoffRecord
+    deliveries: list[DeliveryRecord] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        """One word for the case's deliveries: failed, retrying, sending, delivered, or "stored only"."""
+        states = [d.state for d in self.deliveries if d.state != "superseded"]
+        if not states:
+            return "stored only"  # no helpdesk destination was configured: the case is in the store
+        if "failed" in states:
+            return "failed"
+        if all(s == "delivered" for s in states):
+            return "delivered"
+        if any(d.attempts > 0 and d.state == "pending" for d in self.deliveries):
+            return "retrying"
+        return "sending"
+
+
+class Reports(Repository):
+    """The console's reads; nothing here writes."""
+
+    async def overview(self, since: datetime, until: datetime) -> Overview:
+        """Finished runs that started in [since, until): counts by day and reason, spreads, feedback, guards."""
+        window = and_(Run.started_at >= since, Run.started_at < until, Run.status == "finished")
+        day = self._day(Run.started_at)
+        keys = (day, Run.reason, Run.feedback, Run.guards)
+        by_day: dict[date, Counter[str]] = {}
+        feedback, guards = Counter[str](), Counter[str]()
+        async with self._engine.connect() as conn:
+            for when, reason, rated, fired, n in await conn.execute(
+                select(*keys, func.count()).where(window).group_by(*keys)
+            ):
+                by_day.setdefault(_as_date(when), Counter())[reason or "unknown"] += n
+                if rated is not None:
+                    feedback[str(rated)] += n
+                if fired:
+                    guards.update({name: n for name in fired.split(",")})
+            by_reason = Counter[str]()
+            for reasons in by_day.values():
+                by_reason.update(reasons)
+            total = sum(by_reason.values())
+            steps = await self._whole_spread(conn, Run.steps, window, total)
+            spent = await self._whole_spread(conn, Run.input_tokens + Run.output_tokens, window, total)
+            cost = await self._spread(conn, Run.cost_usd, window, total)
+        return Overview(
+            since,
+            until,
+            total,
+            {when: dict(reasons) for when, reasons in sorted(by_day.items())},
+            dict(by_reason.most_common()),
+            steps,
+            spent,
+            cost,
+            dict(feedback),
+            dict(guards.most_common()),
+        )
+
+    async def runs(
+        self, where: RunFilter, *, before: tuple[datetime, str] | None = None, limit: int = 50
+    ) -> list[RunSummary]:
+        """A page of runs, newest first; ``before`` is the last row of the previous page."""
+        columns = (
+            Run.id,
+            Run.started_at,
+            Run.platform,
+            Run.place,
+            Run.user_id,
+            Run.question,
+            Run.status,
+            Run.reason,
+            Run.steps,
+            (Run.input_tokens + Run.output_tokens).label("tokens"),
+            Run.cost_usd,
+            Run.latency_ms,
+            Run.feedback,
+            Run.audience,
+        )
+        stmt = select(*columns).where(*_run_conditions(where))
+        if before is not None:
+            at, run_id = before
+            stmt = stmt.where(or_(Run.started_at < at, and_(Run.started_at == at, Run.id < run_id)))
+        stmt = stmt.order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            return [RunSummary(**row._mapping) for row in await conn.execute(stmt)]
+
+    async def platforms(self) -> list[str]:
+        """The platforms runs came from, for the filter's choices."""
+        async with self._engine.connect() as conn:
+            return sorted(p for p in (await conn.execute(select(Run.platform).distinct())).scalars())
+
+    async def gap_runs(self, since: datetime, limit: int = SCAN_LIMIT) -> list[GapRun]:
+        """The newest runs since ``since`` that ended not covered or gave up, or that someone rated not helpful."""
+        shows_gap = or_(Run.reason.in_([r.value for r in GAP_REASONS]), Run.feedback == NOT_HELPFUL)
+        stmt = (
+            select(Run.id, Run.question, Run.user_id, Run.reason, Run.feedback, Run.started_at)
+            .where(Run.started_at >= since, shows_gap)
+            .order_by(Run.started_at.desc(), Run.id.desc())
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [GapRun(**row._mapping) for row in await conn.execute(stmt)]
+
+    async def not_helpful_sources(self, since: datetime, limit: int = 10) -> list[tuple[str, str, int]]:
+        """The documents most cited by answers rated not helpful: (title, source, answers), most first."""
+        stmt = (
+            select(Run.citations)
+            .where(Run.started_at >= since, Run.feedback == NOT_HELPFUL, Run.citations.is_not(None))
+            .order_by(Run.started_at.desc())
+            .limit(SCAN_LIMIT)
+        )
+        counts = Counter[tuple[str, str]]()
+        async with self._engine.connect() as conn:
+            for cited in (await conn.execute(stmt)).scalars():
+                counts.update({(c.get("title", ""), c.get("source", "")) for c in cited or ()})
+        return [(title, source, n) for (title, source), n in counts.most_common(limit)]
+
+    async def traces(self, run_ids: Sequence[str]) -> dict[str, tuple[list[dict[str, Any]], list[str] | None]]:
+        """Some runs' traces with the audience each was built for (which decides who may read them)."""
+        if not run_ids:
+            return {}
+        stmt = select(Run.id, Run.trace, Run.audience).where(Run.id.in_(list(run_ids)))
+        async with self._engine.connect() as conn:
+            return {row.id: (row.trace or [], row.audience) for row in await conn.execute(stmt)}
+
+    async def cases(
+        self, *, before: int | None = None, failed_only: bool = False, limit: int = 50
+    ) -> list[CaseSummary]:
+        """A page of helpdesk cases, newest first, each with its deliveries; ``before``: the last number shown."""
+        stmt = select(Handoff.__table__).order_by(Handoff.number.desc()).limit(limit)
+        if before is not None:
+            stmt = stmt.where(Handoff.number < before)
+        if failed_only:
+            stmt = stmt.where(Handoff.number.in_(select(OutboxRow.case_number).where(OutboxRow.state == "failed")))
+        async with self._engine.connect() as conn:
+            cases = [to_handoff_record(row) for row in await conn.execute(stmt)]
+            deliveries = await self._deliveries(conn, [c.number for c in cases])
+        return [CaseSummary(c, deliveries.get(c.number, [])) for c in cases]
+
+    async def case(self, number: int) -> CaseSummary | None:
+        """One case with its deliveries."""
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(Handoff.__table__).where(Handoff.number == number))).first()
+            if row is None:
+                return None
+            deliveries = await self._deliveries(conn, [number])
+        return CaseSummary(to_handoff_record(row), deliveries.get(number, []))
+
+    async def audiences(self, run_ids: Sequence[str]) -> dict[str, list[str] | None]:
+        """The audience each run was built for (runs not found are absent)."""
+        if not run_ids:
+            return {}
+        stmt = select(Run.id, Run.audience).where(Run.id.in_(list(run_ids)))
+        async with self._engine.connect() as conn:
+            return {row.id: row.audience for row in await conn.execute(stmt)}
+
+    async def open_actions(self, limit: int = 200) -> list[PendingRecord]:
+        """Pending actions still open, executing or unknown, oldest first: what waits on a person."""
+        table = PendingActionRow
+        stmt = select(table.__table__).where(table.state.in_(OPEN_ACTION_STATES)).order_by(table.created_at, table.id)
+        async with self._engine.connect() as conn:
+            return [to_pending_record(row) for row in await conn.execute(stmt.limit(limit))]
+
+    async def actions_of_run(self, run_id: str) -> list[PendingRecord]:
+        """The pending actions (cards) a run proposed, oldest first."""
+        table = PendingActionRow
+        stmt = select(table.__table__).where(table.run_id == run_id).order_by(table.created_at, table.id)
+        async with self._engine.connect() as conn:
+            return [to_pending_record(row) for row in await conn.execute(stmt)]
+
+    async def _spread(self, conn: AsyncConnection, measure: Any, window: ColumnElement[bool], total: int) -> Spread:
+        if total == 0:
+            return Spread(0.0, 0.0)
+
+        async def at(fraction: float) -> float:
+            # Counted from the nearer end: the database then keeps the smaller part of the window sorted.
+            rank = _rank(fraction, total)
+            from_top = rank > total // 2
+            order = measure.desc() if from_top else measure
+            offset = total - 1 - rank if from_top else rank
+            stmt: Select[Any] = select(measure).where(window).order_by(order).limit(1).offset(offset)
+            return float((await conn.execute(stmt)).scalar_one_or_none() or 0.0)
+
+        return Spread(await at(0.5), await at(0.95))
+
+    @staticmethod
+    async def _whole_spread(conn: AsyncConnection, measure: Any, window: ColumnElement[bool], total: int) -> Spread:
+        """A spread of whole numbers (steps, tokens): both percentiles from one histogram, few values to read."""
+        if total == 0:
+            return Spread(0.0, 0.0)
+        stmt = select(measure, func.count()).where(window).group_by(measure).order_by(measure)
+        wanted, found, seen = [_rank(0.5, total), _rank(0.95, total)], list[float](), 0
+        for value, n in await conn.execute(stmt):
+            seen += n
+            while wanted and wanted[0] < seen:
+                found.append(float(value or 0))
+                wanted.pop(0)
+        return Spread(*found) if len(found) == 2 else Spread(0.0, 0.0)
+
+    @staticmethod
+    async def _deliveries(conn: AsyncConnection, numbers: list[int]) -> dict[int, list[DeliveryRecord]]:
+        if not numbers:
+            return {}
+        stmt = select(OutboxRow.__table__).where(OutboxRow.case_number.in_(numbers)).order_by(OutboxRow.id)
+        found: dict[int, list[DeliveryRecord]] = {}
+        for row in await conn.execute(stmt):
+            found.setdefault(row.case_number, []).append(to_delivery_record(row))
+        return found
+
+    def _day(self, column: Any) -> Any:
+        """The UTC calendar day of a timestamp column, in this database's SQL."""
+        if self._engine.dialect.name == "sqlite":
+            return func.date(column)
+        return func.date(func.timezone("UTC", column))
+
+
+def _rank(fraction: float, total: int) -> int:
+    """The nearest-rank percentile's row: rank ceil(p * n) counted from 1, as an offset from 0."""
+    return max(int(-(-fraction * total // 1)) - 1, 0)
+
+
+def _run_conditions(where: RunFilter) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if where.platform:
+        conditions.append(Run.platform == where.platform)
+    if where.place:
+        conditions.append(Run.place == where.place)
+    if where.reason:
+        conditions.append(Run.reason == where.reason if where.reason != "running" else Run.status != "finished")
+    if where.user:
+        conditions.append(Run.user_id == where.user)
+    if where.since is not None:
+        conditions.append(Run.started_at >= where.since)
+    if where.until is not None:
+        conditions.append(Run.started_at < where.until)
+    return conditions
+
+
+def _as_date(value: Any) -> date:
+    """SQLite's date() is text, PostgreSQL's a date."""
+    return value if isinstance(value, date) else date.fromisoformat(str(value))

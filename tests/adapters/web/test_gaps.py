@@ -1,0 +1,71 @@
+"""Knowledge gaps in the console: grouped by meaning with the bundled model, what the search found, the CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import pytest
+
+from retrieval import PolicyIndex
+from tests.adapters.web import scenario
+from tests.adapters.web.scenario import ALICE, Finds
+
+pytestmark = pytest.mark.asyncio
+PETS = ("can I bring my dog to the office?", "are pets allowed at work", "Is it OK to bring a dog into the office")
+
+
+class FindsWithModel(Finds):
+    """The scenario's searcher, with the sample index's embedding model (what the console groups with)."""
+
+    def __init__(self, index: PolicyIndex) -> None:
+        self.embedder = index.embedder
+
+
+def groups(page: str) -> list[tuple[str, int]]:
+    found = re.findall(r'<article class="gap">\s*<h3>(.*?) <small>(\d+) runs?', page, re.S)
+    return [(label, int(n)) for label, n in found]
+
+
+async def test_gaps_group_paraphrases_count_reasons_and_export_csv(start_console, fake_openai, sample_index):
+    console = await start_console(FindsWithModel(sample_index))
+    svc = console.service
+    for question in PETS:
+        await scenario.not_covered(svc, fake_openai, question)
+    for _ in range(2):
+        await scenario.not_covered(svc, fake_openai, "Wedding leave?")
+    unhelpful = await scenario.answered(svc, fake_openai)
+    assert await svc.feedback(unhelpful.run_id, "not_helpful", ALICE.id)
+    await scenario.answered(svc, fake_openai)  # answered and not rated: no gap
+    status, page = await console.get("/console/gaps")
+    assert status == 200, page
+    assert groups(page) == [(PETS[-1], 3), ("Wedding leave?", 2), ("do I need a receipt for a taxi?", 1)]
+    assert "not_covered 3" in page and "not_helpful 1" in page
+    assert "gym membership" in page  # what the example run searched for
+    sources = page.split("Cited in “not helpful” answers", 1)[1]
+    assert "Expenses Policy" in sources and re.search(r'class="num">1<', sources)
+    status, body = await console.get("/console/gaps.csv")
+    assert status == 200 and body.startswith("\ufeff")
+    rows = list(csv.DictReader(io.StringIO(body.removeprefix("\ufeff"))))
+    assert {(r["group"], r["question"], r["count"]) for r in rows} >= {
+        (PETS[-1], q, "1") for q in PETS
+    }  # labelled by the latest of equals
+    assert len(rows) == 5
+
+
+async def test_without_an_embedding_model_only_the_same_wording_groups(start_console, fake_openai):
+    console = await start_console(Finds())
+    for question in (*PETS[:2], "are pets allowed at work?"):
+        await scenario.not_covered(console.service, fake_openai, question)
+    _, page = await console.get("/console/gaps")
+    assert sorted(groups(page)) == sorted([("are pets allowed at work?", 2), (PETS[0], 1)])  # the latest wording labels
+
+
+async def test_a_restricted_example_run_does_not_show_what_its_search_found(start_console, fake_openai):
+    console = await start_console(Finds())
+    fake_openai.script(scenario.tool_calls(scenario.search("reorg budget")), scenario.text(scenario.NOT_IN_POLICY))
+    await scenario.ask(console.service, "is the reorg budget cut?", scenario.DANA)
+    _, page = await console.get("/console/gaps")
+    assert groups(page) == [("is the reorg budget cut?", 1)]
+    assert "The example's searches are restricted." in page and "reorg budget</small>" not in page
