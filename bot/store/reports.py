@@ -2,10 +2,11 @@
 
 Read-only statements for the console (adapters/web), written to stay fast with many runs stored:
 lists page by keyset (``started_at``, ``id``) rather than OFFSET, never select a trace they do not
-show, and bound every scan they hand to Python (``SCAN_LIMIT``). The overview's statements read only the
-covering index ``ix_runs_report_window`` (never a row with its trace): its counts in one ``GROUP BY``, the
-percentiles of whole numbers from their histogram, the others as ``ORDER BY ... LIMIT 1 OFFSET k`` counted
-from the nearer end, the same SQL on SQLite and PostgreSQL.
+show, and bound every scan they hand to Python (``SCAN_LIMIT``). The overview reads only the covering
+index ``ix_runs_report_window`` (never a row with its trace), in four ``GROUP BY``s per range of days:
+counts, and histograms of steps, tokens and cost (in millionths of a dollar) from which the
+percentiles are exact. Days old enough to be settled are summed once per process, so a reload reads
+only the last two days' rows. The same SQL runs on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bot.store.engine import Repository
 from bot.store.records import (
@@ -31,6 +32,8 @@ from bot.store.records import (
 from bot.store.tables import Handoff, OutboxRow, PendingActionRow, Run
 from bot.types import TerminationReason
 
+SETTLED_AFTER_DAYS = 2  # a day this old gains no runs (a run is recorded within its deadline of its start)
+MICRO_USD = 1_000_000  # cost histograms count millionths of a dollar: finer than the $0.0001 pages show
 SCAN_LIMIT = 5_000  # rows a report reads into Python at most (the newest first)
 NOT_HELPFUL = "not_helpful"
 # Runs that ended without an answer for want of one: what a policy owner reads as a gap. A model or
@@ -143,41 +146,69 @@ class CaseSummary:
 class Reports(Repository):
     """The console's reads; nothing here writes."""
 
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        # Days that can no longer change (``SETTLED_AFTER_DAYS`` old), summed once per process: a reload of
+        # the overview then reads only the last days' rows, however long its window.
+        self._settled: dict[date, DayTotals] = {}
+
     async def overview(self, since: datetime, until: datetime) -> Overview:
-        """Finished runs that started in [since, until): counts by day and reason, spreads, feedback, guards."""
-        window = and_(Run.started_at >= since, Run.started_at < until, Run.status == "finished")
-        day = self._day(Run.started_at)
-        keys = (day, Run.reason, Run.feedback, Run.guards)
-        by_day: dict[date, Counter[str]] = {}
-        feedback, guards = Counter[str](), Counter[str]()
-        async with self._engine.connect() as conn:
-            for when, reason, rated, fired, n in await conn.execute(
-                select(*keys, func.count()).where(window).group_by(*keys)
-            ):
-                by_day.setdefault(_as_date(when), Counter())[reason or "unknown"] += n
-                if rated is not None:
-                    feedback[str(rated)] += n
-                if fired:
-                    guards.update({name: n for name in fired.split(",")})
-            by_reason = Counter[str]()
-            for reasons in by_day.values():
-                by_reason.update(reasons)
-            total = sum(by_reason.values())
-            steps = await self._whole_spread(conn, Run.steps, window, total)
-            spent = await self._whole_spread(conn, Run.input_tokens + Run.output_tokens, window, total)
-            cost = await self._spread(conn, Run.cost_usd, window, total)
+        """Finished runs that started in [since, until), two UTC midnights: counts by day and reason, spreads
+        (from the days' histograms), feedback and guards."""
+        first, last = since.date(), (until - timedelta(microseconds=1)).date()
+        if since != _midnight(first) or until != _midnight(last + timedelta(days=1)):
+            raise ValueError("the overview covers whole UTC days: since and until must be midnights")
+        days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+        settled_before = datetime.now(UTC).date() - timedelta(days=SETTLED_AFTER_DAYS)
+        wanted = [d for d in days if d not in self._settled or d >= settled_before]
+        fresh = await self._day_totals(wanted[0], wanted[-1]) if wanted else {}
+        for day in days:
+            if wanted and wanted[0] <= day <= wanted[-1] and day < settled_before:
+                self._settled[day] = fresh.get(day, DayTotals())  # a day without runs is settled too
+        per_day = {d: fresh[d] if d in fresh else self._settled.get(d, DayTotals()) for d in days}
+        whole = DayTotals()
+        for totals in per_day.values():
+            whole.add(totals)
+        total = whole.runs
         return Overview(
             since,
             until,
             total,
-            {when: dict(reasons) for when, reasons in sorted(by_day.items())},
-            dict(by_reason.most_common()),
-            steps,
-            spent,
-            cost,
-            dict(feedback),
-            dict(guards.most_common()),
+            {d: dict(t.reasons) for d, t in per_day.items() if t.runs},
+            dict(whole.reasons.most_common()),
+            _spread_of(whole.steps, total),
+            _spread_of(whole.tokens, total),
+            _spread_of(whole.micro_usd, total, scale=1 / MICRO_USD),
+            dict(whole.feedback),
+            dict(whole.guards.most_common()),
         )
+
+    async def _day_totals(self, first: date, last: date) -> dict[date, DayTotals]:
+        """Each day's counts and histograms from first to last, in four GROUP BYs over the covering index."""
+        window = and_(
+            Run.started_at >= _midnight(first),
+            Run.started_at < _midnight(last + timedelta(days=1)),
+            Run.status == "finished",
+        )
+        day = self._day(Run.started_at)
+        totals: dict[date, DayTotals] = {}
+
+        def of(when: Any) -> DayTotals:
+            return totals.setdefault(_as_date(when), DayTotals())
+
+        keys = (day, Run.reason, Run.feedback, Run.guards)
+        micro_usd = cast(func.round(Run.cost_usd * MICRO_USD), BigInteger)
+        async with self._engine.connect() as conn:
+            for when, reason, rated, fired, n in await conn.execute(
+                select(*keys, func.count()).where(window).group_by(*keys)
+            ):
+                of(when).count(reason, rated, fired, n)
+            for name, measure in (("steps", Run.steps), ("tokens", Run.input_tokens + Run.output_tokens),
+                                  ("micro_usd", micro_usd)):  # fmt: skip
+                rows = await conn.execute(select(day, measure, func.count()).where(window).group_by(day, measure))
+                for when, value, n in rows:
+                    getattr(of(when), name)[int(value or 0)] += n
+        return totals
 
     async def runs(
         self, where: RunFilter, *, before: tuple[datetime, str] | None = None, limit: int = 50
@@ -291,35 +322,6 @@ class Reports(Repository):
         async with self._engine.connect() as conn:
             return [to_pending_record(row) for row in await conn.execute(stmt)]
 
-    async def _spread(self, conn: AsyncConnection, measure: Any, window: ColumnElement[bool], total: int) -> Spread:
-        if total == 0:
-            return Spread(0.0, 0.0)
-
-        async def at(fraction: float) -> float:
-            # Counted from the nearer end: the database then keeps the smaller part of the window sorted.
-            rank = _rank(fraction, total)
-            from_top = rank > total // 2
-            order = measure.desc() if from_top else measure
-            offset = total - 1 - rank if from_top else rank
-            stmt: Select[Any] = select(measure).where(window).order_by(order).limit(1).offset(offset)
-            return float((await conn.execute(stmt)).scalar_one_or_none() or 0.0)
-
-        return Spread(await at(0.5), await at(0.95))
-
-    @staticmethod
-    async def _whole_spread(conn: AsyncConnection, measure: Any, window: ColumnElement[bool], total: int) -> Spread:
-        """A spread of whole numbers (steps, tokens): both percentiles from one histogram, few values to read."""
-        if total == 0:
-            return Spread(0.0, 0.0)
-        stmt = select(measure, func.count()).where(window).group_by(measure).order_by(measure)
-        wanted, found, seen = [_rank(0.5, total), _rank(0.95, total)], list[float](), 0
-        for value, n in await conn.execute(stmt):
-            seen += n
-            while wanted and wanted[0] < seen:
-                found.append(float(value or 0))
-                wanted.pop(0)
-        return Spread(*found) if len(found) == 2 else Spread(0.0, 0.0)
-
     @staticmethod
     async def _deliveries(conn: AsyncConnection, numbers: list[int]) -> dict[int, list[DeliveryRecord]]:
         if not numbers:
@@ -335,6 +337,48 @@ class Reports(Repository):
         if self._engine.dialect.name == "sqlite":
             return func.date(column)
         return func.date(func.timezone("UTC", column))
+
+
+@dataclass
+class DayTotals:
+    """One day's finished runs: counts by reason, feedback and guard, and histograms of each spread's measure."""
+
+    reasons: Counter[str] = field(default_factory=Counter)
+    feedback: Counter[str] = field(default_factory=Counter)
+    guards: Counter[str] = field(default_factory=Counter)
+    steps: Counter[int] = field(default_factory=Counter)
+    tokens: Counter[int] = field(default_factory=Counter)
+    micro_usd: Counter[int] = field(default_factory=Counter)  # cost in millionths of a dollar
+
+    @property
+    def runs(self) -> int:
+        return sum(self.reasons.values())
+
+    def count(self, reason: str | None, rated: str | None, fired: str | None, n: int) -> None:
+        self.reasons[reason or "unknown"] += n
+        if rated is not None:
+            self.feedback[str(rated)] += n
+        if fired:
+            self.guards.update({name: n for name in fired.split(",")})
+
+    def add(self, other: DayTotals) -> None:
+        for name in ("reasons", "feedback", "guards", "steps", "tokens", "micro_usd"):
+            getattr(self, name).update(getattr(other, name))
+
+
+def _spread_of(histogram: Counter[int], total: int, scale: float = 1.0) -> Spread:
+    """The nearest-rank median and p95 of the values a histogram counts."""
+    wanted, found, seen = [_rank(0.5, total), _rank(0.95, total)], list[float](), 0
+    for value in sorted(histogram):
+        seen += histogram[value]
+        while wanted and wanted[0] < seen:
+            found.append(value * scale)
+            wanted.pop(0)
+    return Spread(*found) if len(found) == 2 else Spread(0.0, 0.0)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)
 
 
 def _rank(fraction: float, total: int) -> int:
