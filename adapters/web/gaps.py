@@ -9,6 +9,7 @@ that run), and, beside them, the documents most cited by answers rated not helpf
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,14 +29,17 @@ GROUPS_SHOWN = 30
 SEARCH_TOOL = "search_policies"
 FOUND_CHARS = 600  # of each search result shown beside a group
 EXAMPLE_RUNS = 5
+REGROUP_S = 60.0  # a grouping is reused while its gap runs are unchanged, at most this long
 
 
 @dataclass
 class Grouper:
-    """The console's question embeddings, kept between page loads (a reload embeds nothing new)."""
+    """The console's question embeddings and its last grouping, kept between page loads: a reload embeds
+    nothing new, and regroups only when the gap runs changed (``Reports.gap_marker``) or ``REGROUP_S`` passed."""
 
     cache: EmbeddingCache | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last: tuple[tuple[Any, ...], float, list[GapGroup]] | None = None  # (since and marker, when, groups)
 
     def embed_for(self, service: PolicyPal) -> Embed | None:
         if service.embed is None:
@@ -77,12 +81,15 @@ async def export(request: web.Request) -> web.Response:
 
 
 async def _groups(request: web.Request, since: Any) -> list[GapGroup]:
-    service = request.config_dict[SERVICE]
-    questions = questions_of(await service.store.reports.gap_runs(since))
-    grouper = request.app[GROUPER]
-    embed = grouper.embed_for(service)
-    async with grouper.lock:  # one page embeds at a time; the next finds the cache warm
-        return await asyncio.to_thread(group_gaps, questions, embed)
+    service, grouper = request.config_dict[SERVICE], request.app[GROUPER]
+    async with grouper.lock:  # one page groups at a time; the next finds the caches warm
+        key = (since, *await service.store.reports.gap_marker(since))
+        if grouper.last is not None and grouper.last[0] == key and time.monotonic() - grouper.last[1] < REGROUP_S:
+            return grouper.last[2]
+        questions = questions_of(await service.store.reports.gap_runs(since))
+        groups = await asyncio.to_thread(group_gaps, questions, grouper.embed_for(service))
+        grouper.last = (key, time.monotonic(), groups)
+        return groups
 
 
 def questions_of(runs: Sequence[GapRun]) -> list[GapQuestion]:

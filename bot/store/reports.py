@@ -243,9 +243,18 @@ class Reports(Repository):
         async with self._engine.connect() as conn:
             return sorted(p for p in (await conn.execute(select(Run.platform).distinct())).scalars())
 
+    async def gap_marker(self, since: datetime) -> tuple[Any, ...]:
+        """What changes whenever the gap runs since ``since`` do (how many, the newest, how many rated): one
+        indexed count, so a page can tell its grouped gaps are still current without reading them again."""
+        stmt = select(func.count(), func.max(Run.started_at), func.count(Run.feedback)).where(
+            Run.started_at >= since, _shows_gap()
+        )
+        async with self._engine.connect() as conn:
+            return tuple((await conn.execute(stmt)).one())
+
     async def gap_runs(self, since: datetime, limit: int = SCAN_LIMIT) -> list[GapRun]:
         """The newest runs since ``since`` that ended not covered or gave up, or that someone rated not helpful."""
-        shows_gap = or_(Run.reason.in_([r.value for r in GAP_REASONS]), Run.feedback == NOT_HELPFUL)
+        shows_gap = _shows_gap()
         stmt = (
             select(Run.id, Run.question, Run.user_id, Run.reason, Run.feedback, Run.started_at)
             .where(Run.started_at >= since, shows_gap)
@@ -384,6 +393,10 @@ def _midnight(day: date) -> datetime:
 def _rank(fraction: float, total: int) -> int:
     """The nearest-rank percentile's row: rank ceil(p * n) counted from 1, as an offset from 0."""
     return max(int(-(-fraction * total // 1)) - 1, 0)
+
+
+def _shows_gap() -> ColumnElement[bool]:
+    return or_(Run.reason.in_([r.value for r in GAP_REASONS]), Run.feedback == NOT_HELPFUL)
 
 
 def _run_conditions(where: RunFilter) -> list[ColumnElement[bool]]:

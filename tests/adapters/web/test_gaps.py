@@ -69,3 +69,16 @@ async def test_a_restricted_example_run_does_not_show_what_its_search_found(star
     _, page = await console.get("/console/gaps")
     assert groups(page) == [("is the reorg budget cut?", 1)]
     assert "The example's searches are restricted." in page and "reorg budget</small>" not in page
+
+
+async def test_a_new_gap_or_rating_shows_on_the_next_load(start_console, fake_openai):
+    console = await start_console(Finds())
+    await scenario.not_covered(console.service, fake_openai, "Wedding leave?")
+    _, before = await console.get("/console/gaps")
+    await scenario.not_covered(console.service, fake_openai, "Wedding leave?")
+    _, after = await console.get("/console/gaps")
+    rated = await scenario.answered(console.service, fake_openai)
+    assert await console.service.feedback(rated.run_id, "not_helpful", ALICE.id)
+    _, rated_page = await console.get("/console/gaps")
+    assert groups(before) == [("Wedding leave?", 1)] and groups(after) == [("Wedding leave?", 2)]
+    assert groups(rated_page) == [("Wedding leave?", 2), ("do I need a receipt for a taxi?", 1)]
