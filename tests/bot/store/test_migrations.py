@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bot.helpdesk import Helpdesk, case_number
 from bot.store import Store, UtcDateTime, migrate, utcnow
+from bot.store.engine import SCHEMA_HEAD
 from bot.store.tables import Base
 from bot.types import UserRef
 from tests.databases import Database
@@ -116,6 +117,23 @@ async def test_the_embedded_default_upgrades_itself_when_opened(tmp_path):
         assert (await migrate.schema_state(engine)).at_head
     finally:
         await engine.dispose()
+
+
+def test_the_head_written_for_a_fast_open_is_the_newest_migration():
+    """Opening a database at SCHEMA_HEAD skips Alembic: a new migration must move SCHEMA_HEAD with it."""
+    assert migrate.head_revision() == SCHEMA_HEAD
+
+
+async def test_a_database_one_migration_behind_is_still_upgraded_when_opened(tmp_path):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'behind.db'}"
+    engine = create_async_engine(url)
+    await _run(engine, _to("0007_feedback_comment"))
+    await engine.dispose()
+    store = await Store.open(url)
+    try:
+        assert (await migrate.schema_state(store._engine)).current == SCHEMA_HEAD
+    finally:
+        await store.close()
 
 
 def test_a_revision_this_release_does_not_know_is_refused_with_advice():
