@@ -7,12 +7,15 @@ a page saying the proxy did not name an operator), never a redirect that a scrip
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
 
+from adapters.app_keys import SERVICE
 from adapters.web import actions, gaps, helpdesk, overview, runs, signin
 from adapters.web.access import Access
 from adapters.web.auth import Gate
@@ -32,7 +35,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def add_console_routes(app: web.Application, settings: Settings) -> None:
     """Mount the console on ``app`` when an operator can get in (a secret or a proxy header is set)."""
     if settings.console_enabled:
-        app.add_subapp(CONSOLE_PATH, console_app(settings))
+        console = console_app(settings)
+        app.add_subapp(CONSOLE_PATH, console)
+        app.cleanup_ctx.append(_gaps_warm_up(console))
         header = settings.console_user_header
         way_in = "the secret's sign-in" if settings.console_secret else f"the proxy's {header} header"
         log.info("operators' console at %s/ (%s)", CONSOLE_PATH, way_in)
@@ -59,6 +64,19 @@ def console_app(settings: Settings) -> web.Application:
     router.add_post("/sign-out", signin.sign_out, name="sign_out")
     router.add_static("/static", STATIC, name="static")
     return console
+
+
+def _gaps_warm_up(console: web.Application) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Group the knowledge gaps in the background once the server runs (``gaps.warm_up``)."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(gaps.warm_up(app[SERVICE], console[gaps.GROUPER]), name="console-gaps-warm-up")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return context
 
 
 @web.middleware

@@ -9,9 +9,11 @@ that run), and, beside them, the documents most cited by answers rated not helpf
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -25,11 +27,14 @@ from bot.redaction import bounded
 from bot.service import PolicyPal
 from bot.store import NOT_HELPFUL, GapRun
 
+log = logging.getLogger(__name__)
+
 GROUPS_SHOWN = 30
 SEARCH_TOOL = "search_policies"
 FOUND_CHARS = 600  # of each search result shown beside a group
 EXAMPLE_RUNS = 5
 REGROUP_S = 60.0  # a grouping is reused while its gap runs are unchanged, at most this long
+WARM_AFTER_S = 10.0  # after start, when the gaps are grouped ahead of a visit (once the server is ready)
 
 
 @dataclass
@@ -81,7 +86,11 @@ async def export(request: web.Request) -> web.Response:
 
 
 async def _groups(request: web.Request, since: Any) -> list[GapGroup]:
-    service, grouper = request.config_dict[SERVICE], request.app[GROUPER]
+    return await grouped_since(request.config_dict[SERVICE], request.app[GROUPER], since)
+
+
+async def grouped_since(service: PolicyPal, grouper: Grouper, since: datetime) -> list[GapGroup]:
+    """The gap runs since ``since`` grouped, or the last grouping while they have not changed."""
     async with grouper.lock:  # one page groups at a time; the next finds the caches warm
         key = (since, *await service.store.reports.gap_marker(since))
         if grouper.last is not None and grouper.last[0] == key and time.monotonic() - grouper.last[1] < REGROUP_S:
@@ -90,6 +99,18 @@ async def _groups(request: web.Request, since: Any) -> list[GapGroup]:
         groups = await asyncio.to_thread(group_gaps, questions, grouper.embed_for(service))
         grouper.last = (key, time.monotonic(), groups)
         return groups
+
+
+async def warm_up(service: PolicyPal, grouper: Grouper, *, after_s: float = WARM_AFTER_S) -> None:
+    """Some seconds after start, group the default window's gaps once, off the event loop: the first
+    operator to open the page then finds the wordings embedded (1,200 new ones take seconds)."""
+    await asyncio.sleep(after_s)
+    if service.embed is None:
+        return
+    try:
+        await grouped_since(service, grouper, params.window_since(params.DEFAULT_DAYS))
+    except Exception:  # the page will say what is wrong when someone opens it
+        log.warning("grouping the knowledge gaps ahead of the first visit failed", exc_info=True)
 
 
 def questions_of(runs: Sequence[GapRun]) -> list[GapQuestion]:

@@ -7,9 +7,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from aiohttp import web
 
 MAX_DAYS = 366
+DEFAULT_DAYS = 30
 
 
-def days(request: web.Request, default: int = 30) -> int:
+def days(request: web.Request, default: int = DEFAULT_DAYS) -> int:
     """``?days=N``: the report's window, 1 to a year."""
     raw = request.query.get("days", "").strip()
     if not raw:
@@ -19,9 +20,18 @@ def days(request: web.Request, default: int = 30) -> int:
     return int(raw)
 
 
-def window(request: web.Request, default_days: int = 30) -> tuple[datetime, datetime, date, date]:
+def window(request: web.Request, default_days: int = DEFAULT_DAYS) -> tuple[datetime, datetime, date, date]:
     """The last ``days`` UTC days, today included: (since, until, first day, last day)."""
     n = days(request, default_days)
+    return window_of(n)
+
+
+def window_since(n: int) -> datetime:
+    """The start of the last ``n`` UTC days, today included."""
+    return window_of(n)[0]
+
+
+def window_of(n: int) -> tuple[datetime, datetime, date, date]:
     last = datetime.now(UTC).date()
     first = last - timedelta(days=n - 1)
     return midnight(first), midnight(last + timedelta(days=1)), first, last

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from adapters.web.gaps import Grouper, warm_up
 from retrieval import PolicyIndex
 from tests.adapters.web import scenario
 from tests.adapters.web.scenario import ALICE, Finds
@@ -82,3 +83,13 @@ async def test_a_new_gap_or_rating_shows_on_the_next_load(start_console, fake_op
     _, rated_page = await console.get("/console/gaps")
     assert groups(before) == [("Wedding leave?", 1)] and groups(after) == [("Wedding leave?", 2)]
     assert groups(rated_page) == [("Wedding leave?", 2), ("do I need a receipt for a taxi?", 1)]
+
+
+async def test_the_gaps_are_grouped_ahead_of_the_first_visit(start_console, fake_openai, sample_index):
+    console = await start_console(FindsWithModel(sample_index))
+    for question in PETS:
+        await scenario.not_covered(console.service, fake_openai, question)
+    grouper = Grouper()
+    await warm_up(console.service, grouper, after_s=0)
+    assert grouper.cache is not None and len(grouper.cache) == 3 and grouper.last is not None
+    assert [(g.label, g.count) for g in grouper.last[2]] == [(PETS[-1], 3)]
