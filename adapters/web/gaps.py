@@ -22,7 +22,7 @@ from adapters.app_keys import SERVICE
 from adapters.web import params
 from adapters.web.keys import ACCESS
 from adapters.web.render import operator_of, page
-from bot.insights import Embed, EmbeddingCache, GapGroup, GapQuestion, gaps_csv, group_gaps
+from bot.insights import Embed, EmbeddingCache, GapGroup, GapQuestion, gaps_csv, group_gaps, wording_key
 from bot.redaction import bounded
 from bot.service import PolicyPal
 from bot.store import NOT_HELPFUL, GapRun
@@ -34,6 +34,7 @@ SEARCH_TOOL = "search_policies"
 FOUND_CHARS = 600  # of each search result shown beside a group
 EXAMPLE_RUNS = 5
 REGROUP_S = 60.0  # a grouping is reused while its gap runs are unchanged, at most this long
+RELOAD_S = 5  # while the model embeds new wordings, the page reloads itself this often
 WARM_AFTER_S = 10.0  # after start, when the gaps are grouped ahead of a visit (once the server is ready)
 
 
@@ -45,6 +46,12 @@ class Grouper:
     cache: EmbeddingCache | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last: tuple[tuple[Any, ...], float, list[GapGroup]] | None = None  # (since and marker, when, groups)
+    preparing: asyncio.Task[list[GapGroup]] | None = None  # grouping by meaning while a page shows exact wording
+
+    def current(self, key: tuple[Any, ...]) -> list[GapGroup] | None:
+        if self.last is not None and self.last[0] == key and time.monotonic() - self.last[1] < REGROUP_S:
+            return self.last[2]
+        return None
 
     def embed_for(self, service: PolicyPal) -> Embed | None:
         if service.embed is None:
@@ -59,7 +66,7 @@ GROUPER: web.AppKey[Grouper] = web.AppKey("console_gap_grouper", Grouper)
 
 async def show(request: web.Request) -> web.Response:
     since, _, first, last = params.window(request)
-    groups = await _groups(request, since)
+    groups, preparing = await grouped_now(request.config_dict[SERVICE], request.app[GROUPER], since)
     shown = groups[:GROUPS_SHOWN]
     found = await _searches(request, [g.run_ids[0] for g in shown if g.run_ids])
     sources = await request.config_dict[SERVICE].store.reports.not_helpful_sources(since)
@@ -71,6 +78,8 @@ async def show(request: web.Request) -> web.Response:
         found=found,
         sources=sources,
         days=(last - first).days + 1,
+        preparing=preparing,
+        reload_s=RELOAD_S,
     )
 
 
@@ -89,12 +98,34 @@ async def _groups(request: web.Request, since: Any) -> list[GapGroup]:
     return await grouped_since(request.config_dict[SERVICE], request.app[GROUPER], since)
 
 
+async def grouped_now(service: PolicyPal, grouper: Grouper, since: datetime) -> tuple[list[GapGroup], bool]:
+    """The gaps grouped without waiting for the model: by meaning when every wording is embedded already,
+    else by exact wording while the model embeds the new ones in the background. True: still preparing."""
+    key = (since, *await service.store.reports.gap_marker(since))
+    if (groups := grouper.current(key)) is not None:
+        return groups, False
+    questions = questions_of(await service.store.reports.gap_runs(since))
+    embed = grouper.embed_for(service)
+    new = grouper.cache.missing(wording_key(q.text) for q in questions) if grouper.cache is not None else []
+    if embed is None or (not new and not grouper.lock.locked()):
+        return await grouped_since(service, grouper, since), False
+    if grouper.preparing is None or grouper.preparing.done():
+        grouper.preparing = asyncio.create_task(grouped_since(service, grouper, since), name="console-gaps")
+        grouper.preparing.add_done_callback(_log_failure)
+    return group_gaps(questions, None), True
+
+
+def _log_failure(task: asyncio.Task[list[GapGroup]]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("grouping the knowledge gaps by meaning failed", exc_info=task.exception())
+
+
 async def grouped_since(service: PolicyPal, grouper: Grouper, since: datetime) -> list[GapGroup]:
     """The gap runs since ``since`` grouped, or the last grouping while they have not changed."""
     async with grouper.lock:  # one page groups at a time; the next finds the caches warm
         key = (since, *await service.store.reports.gap_marker(since))
-        if grouper.last is not None and grouper.last[0] == key and time.monotonic() - grouper.last[1] < REGROUP_S:
-            return grouper.last[2]
+        if (current := grouper.current(key)) is not None:
+            return current
         questions = questions_of(await service.store.reports.gap_runs(since))
         groups = await asyncio.to_thread(group_gaps, questions, grouper.embed_for(service))
         grouper.last = (key, time.monotonic(), groups)

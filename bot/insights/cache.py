@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from bot.insights.gaps import Embed
 
@@ -35,6 +35,11 @@ class EmbeddingCache:
             for text in dict.fromkeys(texts):
                 self._remember(text, known[text])
             return [known[text] for text in texts]
+
+    def missing(self, texts: Iterable[str]) -> list[str]:
+        """The texts not embedded yet, without waiting for an embedding in progress (a page asks this to
+        know whether grouping would wait for the model)."""
+        return [text for text in dict.fromkeys(texts) if text not in self._vectors]
 
     def __len__(self) -> int:
         return len(self._vectors)

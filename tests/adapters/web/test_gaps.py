@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import re
@@ -14,6 +15,7 @@ from tests.adapters.web import scenario
 from tests.adapters.web.scenario import ALICE, Finds
 
 pytestmark = pytest.mark.asyncio
+WAIT_S = 60.0  # a bound on a hang only, never a measured duration
 PETS = ("can I bring my dog to the office?", "are pets allowed at work", "Is it OK to bring a dog into the office")
 
 
@@ -22,6 +24,16 @@ class FindsWithModel(Finds):
 
     def __init__(self, index: PolicyIndex) -> None:
         self.embedder = index.embedder
+
+
+async def grouped(console, path: str = "/console/gaps") -> tuple[int, str]:
+    """The page once its grouping by meaning is ready (the model embeds new wordings in the background)."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            status, page = await console.get(path)
+            if 'id="preparing"' not in page:
+                return status, page
+            await asyncio.sleep(0.05)
 
 
 def groups(page: str) -> list[tuple[str, int]]:
@@ -39,7 +51,7 @@ async def test_gaps_group_paraphrases_count_reasons_and_export_csv(start_console
     unhelpful = await scenario.answered(svc, fake_openai)
     assert await svc.feedback(unhelpful.run_id, "not_helpful", ALICE.id)
     await scenario.answered(svc, fake_openai)  # answered and not rated: no gap
-    status, page = await console.get("/console/gaps")
+    status, page = await grouped(console)
     assert status == 200, page
     assert groups(page) == [(PETS[-1], 3), ("Wedding leave?", 2), ("do I need a receipt for a taxi?", 1)]
     assert "not_covered 3" in page and "not_helpful 1" in page
@@ -93,3 +105,16 @@ async def test_the_gaps_are_grouped_ahead_of_the_first_visit(start_console, fake
     await warm_up(console.service, grouper, after_s=0)
     assert grouper.cache is not None and len(grouper.cache) == 3 and grouper.last is not None
     assert [(g.label, g.count) for g in grouper.last[2]] == [(PETS[-1], 3)]
+
+
+async def test_the_first_visit_answers_at_once_by_exact_wording_while_the_model_reads(
+    start_console, fake_openai, sample_index
+):
+    console = await start_console(FindsWithModel(sample_index))
+    for question in PETS:
+        await scenario.not_covered(console.service, fake_openai, question)
+    status, first = await console.get("/console/gaps")
+    assert status == 200 and 'id="preparing"' in first and '<meta http-equiv="refresh" content="5">' in first
+    assert sorted(groups(first)) == sorted((q, 1) for q in PETS)
+    _, ready = await grouped(console)
+    assert groups(ready) == [(PETS[-1], 3)] and "refresh" not in ready
