@@ -53,6 +53,7 @@ from adapters.app_keys import SERVICE
 from adapters.teams.activity import parse_tenants, personal_reference, tenant_of_reference
 from adapters.teams.connector import http_status
 from adapters.teams.handler import TeamsBot, TeamsOptions
+from adapters.teams.refusal import ROUTE, mount_refusal
 from bot.config import Settings
 from bot.delivery import RetryPolicy, Transient, with_retries
 from bot.errors import ConfigError
@@ -62,7 +63,6 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 AuthMode = Literal["credentials", "unauthenticated", "off"]
-ROUTE = "/api/messages"
 CARD_ACTION = "adaptiveCard/action"
 SUBMIT_ACTION = "message/submitAction"  # the feedback loop's thumbs (channelData.feedbackLoopEnabled)
 
@@ -111,12 +111,7 @@ def add_teams_routes(app: web.Application, settings: Settings) -> None:
     """Mount /api/messages; without credentials it refuses everything unless explicitly unauthenticated."""
     mode = auth_mode(settings)
     if mode == "off":
-        log.warning(
-            "Teams off: MicrosoftAppId/MicrosoftAppPassword are not set, so %s refuses every request "
-            "(POLICYPAL_TEAMS_ALLOW_UNAUTHENTICATED=1 serves the Bot Framework Emulator)",
-            ROUTE,
-        )
-        app.router.add_post(ROUTE, _refuse)
+        mount_refusal(app)
         return
     if mode == "unauthenticated":
         log.error(
@@ -129,10 +124,6 @@ def add_teams_routes(app: web.Application, settings: Settings) -> None:
     app.cleanup_ctx.append(teams.context)
     app.router.add_post(ROUTE, teams.messages)
     log.info("Teams on at %s (%s)", ROUTE, mode)
-
-
-async def _refuse(request: web.Request) -> web.Response:
-    return web.json_response({"error": "Teams is not configured on this server"}, status=401)
 
 
 class TeamsEndpoint:

@@ -8,20 +8,16 @@ decides the mode and says what is wrong.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from adapters.app_keys import SETTINGS
+from adapters.teams.refusal import mount_refusal
 from bot.config import Settings
 
 if TYPE_CHECKING:
     from adapters.teams.app import AuthMode, TeamsEndpoint
-
-log = logging.getLogger(__name__)
-
-ROUTE = "/api/messages"
 
 
 def configured(settings: Settings) -> bool:
@@ -48,12 +44,7 @@ def add_teams_routes(app: web.Application, settings: Settings) -> None:
 
         teams_app.add_teams_routes(app, settings)
         return
-    log.warning(
-        "Teams off: MicrosoftAppId/MicrosoftAppPassword are not set, so %s refuses every request "
-        "(POLICYPAL_TEAMS_ALLOW_UNAUTHENTICATED=1 serves the Bot Framework Emulator)",
-        ROUTE,
-    )
-    app.router.add_post(ROUTE, _refuse)
+    mount_refusal(app)
 
 
 def teams_endpoint(app: web.Application) -> TeamsEndpoint | None:
@@ -63,7 +54,3 @@ def teams_endpoint(app: web.Application) -> TeamsEndpoint | None:
     from adapters.teams.app import TEAMS
 
     return app.get(TEAMS)
-
-
-async def _refuse(request: web.Request) -> web.Response:
-    return web.json_response({"error": "Teams is not configured on this server"}, status=401)

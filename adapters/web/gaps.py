@@ -98,21 +98,26 @@ async def _groups(request: web.Request, since: Any) -> list[GapGroup]:
     return await grouped_since(request.config_dict[SERVICE], request.app[GROUPER], since)
 
 
-async def grouped_now(service: PolicyPal, grouper: Grouper, since: datetime) -> tuple[list[GapGroup], bool]:
+async def grouped_now(service: PolicyPal, grouper: Grouper, since: datetime) -> tuple[list[GapGroup], str]:
     """The gaps grouped without waiting for the model: by meaning when every wording is embedded already,
-    else by exact wording while the model embeds the new ones in the background. True: still preparing."""
+    else by exact wording while the model embeds the new ones in the background. The state: "" (by meaning),
+    "preparing", or why the last grouping by meaning failed (the next load tries again)."""
     key = (since, *await service.store.reports.gap_marker(since))
     if (groups := grouper.current(key)) is not None:
-        return groups, False
+        return groups, ""
     questions = questions_of(await service.store.reports.gap_runs(since))
     embed = grouper.embed_for(service)
     new = grouper.cache.missing(wording_key(q.text) for q in questions) if grouper.cache is not None else []
     if embed is None or (not new and not grouper.lock.locked()):
-        return await grouped_since(service, grouper, since), False
-    if grouper.preparing is None or grouper.preparing.done():
+        return await grouped_since(service, grouper, since), ""
+    state = "preparing"
+    previous = grouper.preparing
+    if previous is not None and previous.done() and not previous.cancelled() and previous.exception() is not None:
+        state = f"{type(previous.exception()).__name__}: {previous.exception()}"
+    if previous is None or previous.done():
         grouper.preparing = asyncio.create_task(grouped_since(service, grouper, since), name="console-gaps")
         grouper.preparing.add_done_callback(_log_failure)
-    return group_gaps(questions, None), True
+    return group_gaps(questions, None), state
 
 
 def _log_failure(task: asyncio.Task[list[GapGroup]]) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from aiohttp import web
+
+from bot.store import utc_midnight
 
 MAX_DAYS = 366
 DEFAULT_DAYS = 30
@@ -34,7 +36,7 @@ def window_since(n: int) -> datetime:
 def window_of(n: int) -> tuple[datetime, datetime, date, date]:
     last = datetime.now(UTC).date()
     first = last - timedelta(days=n - 1)
-    return midnight(first), midnight(last + timedelta(days=1)), first, last
+    return utc_midnight(first), utc_midnight(last + timedelta(days=1)), first, last
 
 
 def day(request: web.Request, name: str) -> date | None:
@@ -62,7 +64,3 @@ def text(request: web.Request, name: str, limit: int = 255) -> str | None:
     if len(raw) > limit:
         raise web.HTTPBadRequest(text=f"{name} is longer than {limit} characters")
     return raw or None
-
-
-def midnight(day: date) -> datetime:
-    return datetime.combine(day, time.min, tzinfo=UTC)

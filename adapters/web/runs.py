@@ -13,7 +13,7 @@ from adapters.web import params
 from adapters.web.keys import ACCESS
 from adapters.web.render import operator_of, page
 from bot.redaction import bounded_value
-from bot.store import RunFilter, RunSummary
+from bot.store import RunFilter, RunSummary, utc_midnight
 from bot.types import TerminationReason
 
 PAGE = 50
@@ -66,8 +66,8 @@ def _filter(request: web.Request) -> RunFilter:
         place=params.choice(request, "place", PLACES),
         reason=params.choice(request, "reason", REASONS),
         user=params.text(request, "user"),
-        since=params.midnight(since) if since else None,
-        until=params.midnight(until + timedelta(days=1)) if until else None,  # the until day included
+        since=utc_midnight(since) if since else None,
+        until=utc_midnight(until + timedelta(days=1)) if until else None,  # the until day included
     )
 
 

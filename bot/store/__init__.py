@@ -7,7 +7,7 @@
 database to this release.
 """
 
-from bot.store.columns import UtcDateTime, utcnow
+from bot.store.columns import UtcDateTime, utc_midnight, utcnow
 from bot.store.engine import SchemaPolicy, prepare_sqlite_file
 from bot.store.inbox import NewItem
 from bot.store.outbox import NewPost
@@ -51,5 +51,6 @@ __all__ = [
     "Store",
     "UtcDateTime",
     "prepare_sqlite_file",
+    "utc_midnight",
     "utcnow",
 ]

@@ -62,9 +62,14 @@ class Cases(Repository):
             row = (await conn.execute(select(Handoff.__table__).where(Handoff.number == number))).first()
         return to_handoff_record(row) if row else None
 
-    async def recent(self, limit: int = 20, *, failed_only: bool = False) -> list[HandoffRecord]:
-        """The newest cases first; ``failed_only``: those with a delivery that gave up."""
+    async def recent(
+        self, limit: int = 20, *, failed_only: bool = False, before: int | None = None
+    ) -> list[HandoffRecord]:
+        """The newest cases first; ``failed_only``: those with a delivery that gave up; ``before``: older
+        than that case number (the next page)."""
         stmt = select(Handoff.__table__).order_by(Handoff.number.desc()).limit(limit)
+        if before is not None:
+            stmt = stmt.where(Handoff.number < before)
         if failed_only:
             failed = select(OutboxRow.case_number).where(OutboxRow.state == "failed")
             stmt = stmt.where(Handoff.number.in_(failed))

@@ -7,7 +7,7 @@ are today: a migration must keep meaning what it meant when it was written.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time
 
 from sqlalchemy import DateTime, Dialect, TypeDecorator
 
@@ -34,3 +34,8 @@ class UtcDateTime(TypeDecorator[datetime]):
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC: the only kind of time the store accepts."""
     return datetime.now(UTC)
+
+
+def utc_midnight(day: date) -> datetime:
+    """The start of ``day`` in UTC: where reports by day begin and end."""
+    return datetime.combine(day, time.min, tzinfo=UTC)

@@ -70,8 +70,9 @@ def open_ack_engine(engine: AsyncEngine, url: str, connect_args: Mapping[str, An
     dialect = engine.dialect.name
     # No pre-ping here: a checkout costs no extra round trip; a connection the server dropped is
     # recycled instead (and a failed accept answers 503, so the platform delivers the event again).
-    options = _pool_options(dialect) if dialect == "sqlite" else {"pool_size": 2, "max_overflow": 2,
-                                                                  "pool_recycle": 300}
+    options = (
+        _pool_options(dialect) if dialect == "sqlite" else {"pool_size": 2, "max_overflow": 2, "pool_recycle": 300}
+    )
     ack = create_async_engine(url, connect_args=dict(connect_args or {}), **options)
     if dialect == "sqlite":
         event.listen(ack.sync_engine, "connect", _tune_sqlite)
@@ -85,6 +86,7 @@ def _pool_options(dialect: str) -> dict[str, Any]:
         return {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
     return {"pool_pre_ping": True}
 
+
 def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers and one writer work at once; the busy timeout makes a second process wait
     # for the write lock instead of failing with "database is locked". synchronous=NORMAL is safe
@@ -95,6 +97,7 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
 
 async def _at_head(engine: AsyncEngine) -> bool:
     """Whether the database records ``SCHEMA_HEAD`` as its one revision (any error: let Alembic look)."""
@@ -111,6 +114,7 @@ def prepare_sqlite_file(url: str) -> None:
     database = make_url(url).database
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
+
 
 async def _ensure_schema(engine: AsyncEngine, url: str, policy: SchemaPolicy) -> None:
     if await _at_head(engine):

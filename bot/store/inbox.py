@@ -56,8 +56,17 @@ class InboxRows(Repository):
         """
         now = utcnow()
         rows = [
-            {"id": item.id, "platform": item.platform, "kind": item.kind, "payload": item.payload,
-             "received_at": now, "state": "leased", "owner": owner, "epoch": 1, "attempts": 1}
+            {
+                "id": item.id,
+                "platform": item.platform,
+                "kind": item.kind,
+                "payload": item.payload,
+                "received_at": now,
+                "state": "leased",
+                "owner": owner,
+                "epoch": 1,
+                "attempts": 1,
+            }
             for item in {item.id: item for item in items}.values()
         ]
         stmt = self._insert(InboxItem).on_conflict_do_nothing(index_elements=["id"]).returning(InboxItem.id)
@@ -69,8 +78,16 @@ class InboxRows(Repository):
         """Mark an event id seen without work to do (an older release's key); False when it was seen."""
         now = utcnow()
         values = {
-            "id": item_id, "platform": "", "kind": "legacy", "payload": {}, "received_at": now, "state": "done",
-            "owner": "", "epoch": 1, "attempts": 1, "finished_at": now,
+            "id": item_id,
+            "platform": "",
+            "kind": "legacy",
+            "payload": {},
+            "received_at": now,
+            "state": "done",
+            "owner": "",
+            "epoch": 1,
+            "attempts": 1,
+            "finished_at": now,
         }
         stmt = self._insert(InboxItem).values(values).on_conflict_do_nothing(index_elements=["id"])
         async with self._engine.begin() as conn:

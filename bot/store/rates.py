@@ -1,5 +1,4 @@
-"""Per-user rate windows, shared by every replica through the database.
-"""
+"""Per-user rate windows, shared by every replica through the database."""
 
 from __future__ import annotations
 

@@ -14,22 +14,23 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.store.cases import Cases
+from bot.store.columns import utc_midnight
 from bot.store.engine import Repository
+from bot.store.outbox import OutboxRows
 from bot.store.records import (
     DeliveryRecord,
     HandoffRecord,
     PendingRecord,
-    to_delivery_record,
-    to_handoff_record,
     to_pending_record,
 )
-from bot.store.tables import Handoff, OutboxRow, PendingActionRow, Run
+from bot.store.tables import PendingActionRow, Run
 from bot.types import TerminationReason
 
 SETTLED_AFTER_DAYS = 2  # a day this old gains no runs (a run is recorded within its deadline of its start)
@@ -148,6 +149,7 @@ class Reports(Repository):
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
+        self._cases, self._outbox = Cases(engine), OutboxRows(engine)  # the cases page reads theirs
         # Days that can no longer change (``SETTLED_AFTER_DAYS`` old), summed once per process: a reload of
         # the overview then reads only the last days' rows, however long its window.
         self._settled: dict[date, DayTotals] = {}
@@ -156,7 +158,7 @@ class Reports(Repository):
         """Finished runs that started in [since, until), two UTC midnights: counts by day and reason, spreads
         (from the days' histograms), feedback and guards."""
         first, last = since.date(), (until - timedelta(microseconds=1)).date()
-        if since != _midnight(first) or until != _midnight(last + timedelta(days=1)):
+        if since != utc_midnight(first) or until != utc_midnight(last + timedelta(days=1)):
             raise ValueError("the overview covers whole UTC days: since and until must be midnights")
         days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
         settled_before = datetime.now(UTC).date() - timedelta(days=SETTLED_AFTER_DAYS)
@@ -186,8 +188,8 @@ class Reports(Repository):
     async def _day_totals(self, first: date, last: date) -> dict[date, DayTotals]:
         """Each day's counts and histograms from first to last, in four GROUP BYs over the covering index."""
         window = and_(
-            Run.started_at >= _midnight(first),
-            Run.started_at < _midnight(last + timedelta(days=1)),
+            Run.started_at >= utc_midnight(first),
+            Run.started_at < utc_midnight(last + timedelta(days=1)),
             Run.status == "finished",
         )
         day = self._day(Run.started_at)
@@ -290,24 +292,14 @@ class Reports(Repository):
         self, *, before: int | None = None, failed_only: bool = False, limit: int = 50
     ) -> list[CaseSummary]:
         """A page of helpdesk cases, newest first, each with its deliveries; ``before``: the last number shown."""
-        stmt = select(Handoff.__table__).order_by(Handoff.number.desc()).limit(limit)
-        if before is not None:
-            stmt = stmt.where(Handoff.number < before)
-        if failed_only:
-            stmt = stmt.where(Handoff.number.in_(select(OutboxRow.case_number).where(OutboxRow.state == "failed")))
-        async with self._engine.connect() as conn:
-            cases = [to_handoff_record(row) for row in await conn.execute(stmt)]
-            deliveries = await self._deliveries(conn, [c.number for c in cases])
+        cases = await self._cases.recent(limit, failed_only=failed_only, before=before)
+        deliveries = await self._deliveries([c.number for c in cases])
         return [CaseSummary(c, deliveries.get(c.number, [])) for c in cases]
 
     async def case(self, number: int) -> CaseSummary | None:
         """One case with its deliveries."""
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(select(Handoff.__table__).where(Handoff.number == number))).first()
-            if row is None:
-                return None
-            deliveries = await self._deliveries(conn, [number])
-        return CaseSummary(to_handoff_record(row), deliveries.get(number, []))
+        case = await self._cases.get(number)
+        return CaseSummary(case, (await self._deliveries([number])).get(number, [])) if case else None
 
     async def audiences(self, run_ids: Sequence[str]) -> dict[str, list[str] | None]:
         """The audience each run was built for (runs not found are absent)."""
@@ -331,14 +323,10 @@ class Reports(Repository):
         async with self._engine.connect() as conn:
             return [to_pending_record(row) for row in await conn.execute(stmt)]
 
-    @staticmethod
-    async def _deliveries(conn: AsyncConnection, numbers: list[int]) -> dict[int, list[DeliveryRecord]]:
-        if not numbers:
-            return {}
-        stmt = select(OutboxRow.__table__).where(OutboxRow.case_number.in_(numbers)).order_by(OutboxRow.id)
+    async def _deliveries(self, numbers: list[int]) -> dict[int, list[DeliveryRecord]]:
         found: dict[int, list[DeliveryRecord]] = {}
-        for row in await conn.execute(stmt):
-            found.setdefault(row.case_number, []).append(to_delivery_record(row))
+        for row in await self._outbox.deliveries(numbers) if numbers else []:
+            found.setdefault(row.case_number or 0, []).append(row)
         return found
 
     def _day(self, column: Any) -> Any:
@@ -384,10 +372,6 @@ def _spread_of(histogram: Counter[int], total: int, scale: float = 1.0) -> Sprea
             found.append(value * scale)
             wanted.pop(0)
     return Spread(*found) if len(found) == 2 else Spread(0.0, 0.0)
-
-
-def _midnight(day: date) -> datetime:
-    return datetime.combine(day, time.min, tzinfo=UTC)
 
 
 def _rank(fraction: float, total: int) -> int:

@@ -37,8 +37,11 @@ class Threads(Repository):
         ``readable(audience)`` keeps only what was built for readers the caller's readers include
         (None: everything). One SELECT either way.
         """
-        entries = select(HistoryEntry.messages.label("messages"), HistoryEntry.audience.label("audience"),
-                         HistoryEntry.created_at.label("at"))
+        entries = select(
+            HistoryEntry.messages.label("messages"),
+            HistoryEntry.audience.label("audience"),
+            HistoryEntry.created_at.label("at"),
+        )
         entries = entries.where(HistoryEntry.conversation_key == key)
         runs = select(Run.exchange.label("messages"), Run.audience.label("audience"), Run.finished_at.label("at"))
         runs = runs.where(Run.conversation_key == key, Run.exchange.is_not(None))
@@ -57,8 +60,12 @@ class Threads(Repository):
         conn: AsyncConnection | None = None,
     ) -> None:
         """Add messages to the end of a thread's history in one INSERT: concurrent appends all stay."""
-        row = {"conversation_key": key, "messages": list(messages), "created_at": utcnow(),
-               "audience": list(audience) if audience is not None else None}
+        row = {
+            "conversation_key": key,
+            "messages": list(messages),
+            "created_at": utcnow(),
+            "audience": list(audience) if audience is not None else None,
+        }
         async with self._begin(conn) as tx:
             await tx.execute(insert(HistoryEntry).values(row))
 

@@ -1,5 +1,4 @@
-"""The local ticket backend's rows: one ticket per idempotency key, numbered by the database.
-"""
+"""The local ticket backend's rows: one ticket per idempotency key, numbered by the database."""
 
 from __future__ import annotations
 

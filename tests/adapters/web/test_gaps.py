@@ -118,3 +118,26 @@ async def test_the_first_visit_answers_at_once_by_exact_wording_while_the_model_
     assert sorted(groups(first)) == sorted((q, 1) for q in PETS)
     _, ready = await grouped(console)
     assert groups(ready) == [(PETS[-1], 3)] and "refresh" not in ready
+
+
+class BrokenModel:
+    def embed_dense(self, texts: object) -> list[list[float]]:
+        raise RuntimeError("the model file is unreadable")
+
+
+class FindsWithBrokenModel(Finds):
+    embedder = BrokenModel()
+
+
+async def test_a_failed_grouping_by_meaning_is_said_on_the_page_not_reloaded_forever(start_console, fake_openai):
+    console = await start_console(FindsWithBrokenModel())
+    for question in PETS[:2]:
+        await scenario.not_covered(console.service, fake_openai, question)
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            _, page = await console.get("/console/gaps")
+            if 'id="grouping-failed"' in page:
+                break
+            await asyncio.sleep(0.05)
+    assert "RuntimeError: the model file is unreadable" in page and "refresh" not in page
+    assert sorted(groups(page)) == sorted((q, 1) for q in PETS[:2])  # still every question, by exact wording

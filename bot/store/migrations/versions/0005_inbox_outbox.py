@@ -26,8 +26,19 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 DELIVERY_COLUMNS = (
-    "id", "case_number", "destination", "state", "attempts", "next_attempt_at", "claimed_by", "claimed_at",
-    "last_error", "external_ref", "delivered_at", "created_at", "idempotency_key",
+    "id",
+    "case_number",
+    "destination",
+    "state",
+    "attempts",
+    "next_attempt_at",
+    "claimed_by",
+    "claimed_at",
+    "last_error",
+    "external_ref",
+    "delivered_at",
+    "created_at",
+    "idempotency_key",
 )
 
 
@@ -150,13 +161,13 @@ def _create_deliveries() -> None:
         sa.Column("created_at", UtcDateTime(), nullable=False),
         sa.Column("idempotency_key", sa.String(length=64), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_handoff_deliveries")),
-        sa.UniqueConstraint(
-            "case_number", "destination", name=op.f("uq_handoff_deliveries_case_number_destination")
-        ),
+        sa.UniqueConstraint("case_number", "destination", name=op.f("uq_handoff_deliveries_case_number_destination")),
     )
     op.create_index("ix_handoff_deliveries_case_number", "handoff_deliveries", ["case_number"], unique=False)
     op.create_index(
-        "ix_handoff_deliveries_state_next_attempt_at", "handoff_deliveries", ["state", "next_attempt_at"],
+        "ix_handoff_deliveries_state_next_attempt_at",
+        "handoff_deliveries",
+        ["state", "next_attempt_at"],
         unique=False,
     )
 
