@@ -87,6 +87,11 @@ class Scored:
     meaning: float  # cosine, or 0 without an embedding model
 
 
+def is_label(scored: Scored) -> bool:
+    """Link texts or headings run together ("Leave Year Beginning and Ending Dates"): no sentence to quote."""
+    return scored.candidate.unit.table is None and _is_label(scored.candidate.unit.text)
+
+
 def score(
     part: Part, candidates: Sequence[Candidate], meaning: Meaning | None, cited: frozenset[str] = frozenset()
 ) -> list[Scored]:

@@ -1,10 +1,18 @@
-"""Which of the scored units an answer quotes: the best, with what belongs to it, or up to two more that
-score nearly as well.
+"""Which of the scored units an answer quotes: the best with its neighbours in its passage, and up to
+two more units that score nearly as well.
 
-On the handbooks' labelled questions the missing fact was most often in the searched passages, in a
-sentence not quoted: one more unit at 0.85 of the best gave 43/94 and 34/89 accurate answers
-(benchmarks/handbook_answers.py), up to two more at 0.7 gave 52/94 and 42/89 (test splits 13/31 to
-15/31 and 12/29 to 15/29); 0.6 was no better.
+On the handbooks' labelled questions the missing fact was most often in the searched passages, next
+to the sentence quoted: a rule's figure or condition is in the sentence after it, an FAQ's answer
+after its question. Quoting the best unit with its neighbours in reading order (the better-scoring
+side first) up to 600 characters, plus up to two more units at 0.7 of it, took the train rows from
+39/63 and 27/60 accurate (isolated units: the best plus up to two more at 0.7) to 45/63 and 33/60
+(benchmarks/handbook_answers.py; answer steps replayed); one more unit instead of two gave 43 and 31,
+400 characters about 2 fewer, 800 at most 1 more with answers a third longer, a 300-character window
+around the extra unit nothing, and requiring each neighbour to score 0.3 of the best lost 3 on
+Sourcegraph. Anchoring on the search's first passage when its best unit scores at least 0.8 of the
+best overall added one (the search ranks passages on more than one sentence); 0.6 and 0.9 were no
+better in total. The window stops at a table (a row's neighbours are other bands) and at link labels
+run together.
 
 A row is never quoted alone when its table's other rows answer as well (no guessing which band
 applies), and an item brings the item next to it that completes it ("up to 3 days ... / from the 4th
@@ -14,49 +22,61 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.models.offline.scoring import Candidate, Scored
+from bot.models.offline.scoring import Candidate, Scored, is_label
 
-SECOND_UNIT = 0.7  # another unit is quoted when it scores this close to the best (two more at most)
+SECOND_UNIT = 0.7  # another unit, from anywhere, is quoted when it scores this close to the anchor
+MORE_UNITS = 2  # ... two at most
+FIRST_PASSAGE = 0.8  # the first passage's best unit anchors the answer when it scores this much of the best
+WINDOW_CHARS = 600  # the anchor is quoted with its neighbours in reading order up to this many characters
 TABLE_TIE = 0.9  # rows of a quoted row's table scoring this close are quoted with it
 TABLE_CHARS = 900  # ... when they fit in this many characters
 LIST_NEIGHBOUR = 0.6  # the item next to a quoted item is quoted with it when it scores this much of it
-NEXT_SENTENCE = 0.6  # the sentence after a lone quoted sentence, when it scores this much of it
 
 
 def chosen(ranked: Sequence[Scored]) -> list[Candidate]:
     """The units to quote, best first in ``ranked``, returned in reading order."""
-    best = ranked[0]
-    picked = _with_its_group(best, ranked)
-    if len(picked) == 1:
-        second = next((other for other in ranked[1:] if _may_join(other, best, picked)), None)
-        if second is not None:
-            picked += _with_its_group(second, ranked)
-            third = next((s for s in ranked[1:] if s is not second and _may_join(s, best, picked)), None)
-            if third is not None and len(picked) == 2:  # a rule and its figure are often two sentences apart
-                picked += [third.candidate]
-        else:
-            picked += _next_sentence(best, ranked)
+    anchor = _anchor(ranked)
+    group = _with_its_group(anchor, ranked)
+    picked = _window(anchor, ranked, group)
+    if len(group) > 1:  # rows that all answer, or an item and the one completing it, are the answer
+        return sorted(dict.fromkeys(picked), key=lambda candidate: candidate.order)
+    for _ in range(MORE_UNITS):
+        second = next((other for other in ranked if _may_join(other, anchor, picked)), None)
+        if second is None:
+            break
+        picked += _with_its_group(second, ranked)
     return sorted(dict.fromkeys(picked), key=lambda candidate: candidate.order)
 
 
-def _next_sentence(best: Scored, ranked: Sequence[Scored]) -> list[Candidate]:
-    """The sentence that follows a lone best sentence in its passage, when it is on the point too: a
-    rule's figure or condition is often in the sentence after the one that names it."""
-    unit = best.candidate.unit
-    if unit.table is not None or unit.items is not None:
-        return []
-    following = (
-        s
+def _anchor(ranked: Sequence[Scored]) -> Scored:
+    """The best unit of the first passage read (the search's best) when it is nearly the best unit."""
+    first = min(s.candidate.passage for s in ranked)
+    top = next(s for s in ranked if s.candidate.passage == first)
+    return top if top.score >= FIRST_PASSAGE * ranked[0].score else ranked[0]
+
+
+def _window(anchor: Scored, ranked: Sequence[Scored], picked: list[Candidate]) -> list[Candidate]:
+    """``picked`` grown by the sentences and items next to it in the anchor's passage, the better-scoring
+    side first, while the whole fits in WINDOW_CHARS; a table or a run of link labels ends it."""
+    if anchor.candidate.unit.table is not None:
+        return picked  # a row brings the rows that answer as well, not the ones beside it (another band)
+    around = {
+        s.candidate.unit.position: s
         for s in ranked
-        if s.candidate.passage == best.candidate.passage
-        and s.candidate.unit.position == unit.position + 1
-        and s.candidate.unit.table is None
-        and s.candidate.unit.items is None
-    )
-    after = next(following, None)
-    if after is None or after.score < NEXT_SENTENCE * best.score or overlapping(after.candidate.unit.text, unit.text):
-        return []
-    return [after.candidate]
+        if s.candidate.passage == anchor.candidate.passage and s.candidate.unit.table is None and not is_label(s)
+    }
+    positions = [c.unit.position for c in picked if c.passage == anchor.candidate.passage]
+    low, high = min(positions), max(positions)
+    used = sum(len(c.unit.text) for c in picked)
+    while True:
+        sides = [around[p] for p in (high + 1, low - 1) if p in around]
+        fitting = [s for s in sides if used + len(s.candidate.unit.text) <= WINDOW_CHARS]
+        if not fitting:
+            return picked
+        take = max(fitting, key=lambda s: s.score)
+        picked = [*picked, take.candidate]
+        used += len(take.candidate.unit.text)
+        low, high = min(low, take.candidate.unit.position), max(high, take.candidate.unit.position)
 
 
 def _may_join(other: Scored, best: Scored, picked: Sequence[Candidate]) -> bool:

@@ -21,6 +21,7 @@ couple bit lot lots thing things stuff whatever lol big small little take taking
 build built wrong right good bad best ok okay way kind sort type one ones actually even really
 just still like any some ask let make new old use using go going come back day days week weeks
 month months year years time times people person someone anyone work working job
+gonna wanna gotta kinda sorta ugh supposed anything everything everyone everybody somebody around
 """
 GENERIC = frozenset(_GENERIC_TEXT.split())
 _WORD = re.compile(r"[a-z]{1,6}(?:-[a-z]{1,6})*-\d+[a-z]?\b|[a-z0-9€$£]+(?:['’][a-z]+)?")  # "ng-809" is one word
@@ -47,6 +48,14 @@ _CHAT_WORDS = {
     "didnt": "didn't",
     "whats": "what's",
     "thx": "thanks",
+    "acct": "account",
+    "cal": "calendar",
+    "conf": "conference",
+    "perf": "performance",
+    "mgr": "manager",
+    "b4": "before",
+    "bc": "because",
+    "every1": "everyone",
 }
 _CHAT_WORD = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _CHAT_WORDS), key=len, reverse=True)) + r")\b", re.I)
 

@@ -110,7 +110,8 @@ async def test_answer_quotes_matching_sentences_with_cites() -> None:
     assert "[Remote and Hybrid Work Policy › Working from abroad]" in text
     assert "Hotel per night: €150 in Lisbon, CA$220 in Toronto." in text
     assert "[Business Expenses Policy › Spending limits]" in text
-    assert "distributed company" not in text  # a sentence sharing no words with the question
+    # the best sentence is quoted with its neighbours in reading order (a short passage whole)
+    assert text.index("distributed company") < text.index("up to 30 working days") < text.index("People Team")
     assert text.count("Remote and Hybrid Work Policy › Working from abroad") == 1  # heading line skipped
 
 
@@ -120,7 +121,8 @@ async def test_single_part_answer_is_plain_text_with_cite() -> None:
 
     answer = await ask(with_results(question, first, [{"results": [ABROAD]}]))
 
-    assert (answer.text or "").startswith("You may work from another country for up to 30 working days")
+    # a short passage is quoted whole around its best sentence, in reading order
+    assert (answer.text or "").startswith("Northwind Labs is a distributed company. You may work from another country")
     assert (answer.text or "").endswith("[Remote and Hybrid Work Policy › Working from abroad]")
 
 
@@ -329,12 +331,11 @@ async def test_a_result_cut_short_by_the_agent_is_still_read() -> None:
     )
 
 
-def test_asking_what_an_error_code_means_is_a_question_not_a_problem_report():
+def test_asking_what_an_error_code_means_is_a_question_not_a_problem_report() -> None:
     from bot.models.offline.planning import is_problem_report
 
     assert not is_problem_report("Can I work from abroad for three weeks, and what does VPN error NG-412 mean?")
     assert is_problem_report("my vpn shows error NG-809 since this morning")
-
 
 
 LABELS = {
@@ -356,17 +357,18 @@ async def test_link_labels_run_together_are_not_quoted() -> None:
     assert "Ask your supervisor" in (answer.text or "")
 
 
-def test_the_sentence_after_a_lone_best_sentence_comes_with_it_when_on_the_point() -> None:
-    rule, figure, elsewhere, aside = (
-        Candidate(Unit(text, position), "Leave › Carry-over", 0, position)
-        for position, text in enumerate(
-            ["You can carry over annual leave.", "The most is 240 hours.", "Leave is booked in HR Links.", "Hi."]
-        )
+def test_the_best_sentence_comes_with_its_neighbours_and_one_more_near_unit() -> None:
+    texts = ["Leave is booked in HR Links.", "You can carry over annual leave.", "The most is 240 hours.", "x " * 300]
+    booked, rule, figure, long = (
+        Candidate(Unit(text, position), "Leave › Carry-over", 0, position) for position, text in enumerate(texts)
     )
-    scores = [(rule, 1.0), (elsewhere, 0.68), (figure, 0.65), (aside, 0.1)]
+    near, far = (
+        Candidate(Unit(text, 0), "Leave › Sick leave", 1, order, passage=1)
+        for order, text in ((4, "Sick leave is 10 days."), (5, "Call your manager."))
+    )
+    scores = [(rule, 1.0), (near, 0.75), (booked, 0.3), (figure, 0.2), (far, 0.6), (long, 0.1)]
     ranked = [Scored(candidate, value, 1, 0) for candidate, value in scores]
 
-    assert chosen(ranked) == [rule, figure]  # the next sentence, not the better-scoring one elsewhere
-    assert chosen([Scored(rule, 1.0, 1, 0), Scored(figure, 0.5, 1, 0)]) == [rule]  # too far off the point
-    near = [(rule, 1.0), (elsewhere, 0.9), (figure, 0.8), (aside, 0.75)]
-    assert chosen([Scored(c, v, 1, 0) for c, v in near]) == [rule, figure, elsewhere]  # two more at most
+    # neighbours in reading order up to WINDOW_CHARS (the long sentence does not fit), one more at 0.7
+    assert chosen(ranked) == [booked, rule, figure, near]
+    assert chosen([Scored(rule, 1.0, 1, 0), Scored(near, 0.5, 1, 0)]) == [rule]  # too far off the point
