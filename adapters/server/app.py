@@ -79,29 +79,34 @@ def _service_context(given: PolicyPal | None) -> Callable[[web.Application], Asy
     async def context(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
         service = given or await open_service(settings, destinations=destinations(settings), serving=True)
-        if given is None:
-            await _warm_up(service)
-            # Start-up objects (model, index, SDKs) never die: keep them out of every later full
-            # collection, whose pauses otherwise land in the middle of a burst of acks. No collection
-            # first: here it finds a few dozen unreachable objects and costs 0.1-0.2 s of start-up.
-            gc.freeze()
-            release_freed_memory()  # the model's load-time temporaries: about 55 MB of idle RSS
+        warming = asyncio.create_task(_warm_up(service), name="warm-up") if given is None else None
         app[SERVICE] = service
         yield
-        if given is None:
+        if warming is not None:
+            await warming  # its search runs in a thread on the index, which must outlive it
             await service.close()
 
     return context
 
 
 async def _warm_up(service: PolicyPal) -> None:
-    """The first search builds the embedding model's session (a second or two): pay it before ready."""
-    if service.searcher is None:
-        return
-    try:
-        await service.searcher.asearch("warm-up", 1)
-    except Exception:  # readiness will report a broken index; start-up need not fail here
-        log.warning("warming up the index failed", exc_info=True)
+    """Load the embedding model while the server already takes messages.
+
+    The first search imports fastembed and builds both ONNX sessions: 0.6-0.7 s of CPU, a third of
+    start-up. Readiness does not wait for it: events are acknowledged and queued durably from the
+    moment the store and index are open, and a run that searches before the model is loaded waits
+    for it (the embedder's lock), a one-off delay well inside the run's deadline.
+    """
+    if service.searcher is not None:
+        try:
+            await service.searcher.asearch("warm-up", 1)
+        except Exception:  # readiness reports a broken index; serving need not stop here
+            log.warning("warming up the index failed", exc_info=True)
+    # Start-up objects (model, index, SDKs) never die: keep them out of every later full collection,
+    # whose pauses otherwise land in the middle of a burst of acks. No collection first: here it finds
+    # a few dozen unreachable objects and costs 0.1-0.2 s.
+    gc.freeze()
+    release_freed_memory()  # the model's load-time temporaries: about 55 MB of idle RSS
 
 
 async def _outbox_worker(app: web.Application) -> AsyncIterator[None]:

@@ -178,20 +178,24 @@ def policypal(
 
 
 @contextmanager
-def running(env: dict[str, str], cwd: Path, name: str = "server", *, ready: bool = True) -> Iterator[Server]:
-    """Start `policypal serve`, wait for /readyz, and kill it afterwards whatever happened."""
-    with running_all([env], cwd, [name], ready=ready) as (server,):
+def running(
+    env: dict[str, str], cwd: Path, name: str = "server", *, ready: bool = True, python: str = sys.executable
+) -> Iterator[Server]:
+    """Start `policypal serve`, wait for /readyz, and kill it afterwards whatever happened.
+
+    ``python``: the interpreter to serve with (benchmarks/serve.py times a production install's)."""
+    with running_all([env], cwd, [name], ready=ready, python=python) as (server,):
         yield server
 
 
 @contextmanager
 def running_all(
-    envs: list[dict[str, str]], cwd: Path, names: list[str], *, ready: bool = True
+    envs: list[dict[str, str]], cwd: Path, names: list[str], *, ready: bool = True, python: str = sys.executable
 ) -> Iterator[list[Server]]:
     """Several servers started at once (their start-ups overlap), all killed afterwards."""
     servers: list[Server] = []
     try:
-        servers = [_spawn(env, cwd, name) for env, name in zip(envs, names, strict=True)]
+        servers = [_spawn(env, cwd, name, python) for env, name in zip(envs, names, strict=True)]
         for server in servers if ready else []:
             server.wait_ready()
         yield servers
@@ -202,12 +206,12 @@ def running_all(
             server.proc.wait(timeout=10)
 
 
-def _spawn(env: dict[str, str], cwd: Path, name: str) -> Server:
+def _spawn(env: dict[str, str], cwd: Path, name: str, python: str = sys.executable) -> Server:
     port = free_port()
     log_path = cwd / f"{name}.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "adapters.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [python, "-m", "adapters.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
             env=env,
             cwd=cwd,
             stdout=log,
