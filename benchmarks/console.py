@@ -8,10 +8,10 @@ whose model groups the gaps page's questions by meaning), on loopback. Each page
 ``--repeat`` times after two warm-ups, one request at a time on a kept-alive connection, with the
 console secret as a bearer token; the gaps page's first load after start is timed once before any other
 (it answers grouped by exact wording and starts the model embedding every wording in the background,
-so the pages timed next share the machine with that embedding). Per page: p50/p95/max of the whole request as the client saw it, the
-server's share, and the SQL it sent (timed at the driver). A page whose p95 is over 200 ms (the
-console's target) gets its slowest statements and their plans (EXPLAIN QUERY PLAN on SQLite,
-EXPLAIN ANALYZE on PostgreSQL). No figure is asserted: the machine may be shared.
+so the pages timed next share the machine with that embedding). Per page: p50/p95/max of the whole
+request as the client saw it, the server's share, and the SQL it sent (timed at the driver). A page
+whose p95 is over 200 ms (the console's target) gets its slowest statements and their plans
+(EXPLAIN QUERY PLAN on SQLite, EXPLAIN ANALYZE on PostgreSQL). No figure is asserted: the machine may be shared.
 
     python benchmarks/console.py [--runs 100000] [--repeat 20] [--database-url postgresql+asyncpg://...]
                                  [--sqlite-analyze] [--no-gc-freeze] [--seed N]

@@ -12,11 +12,16 @@ per-user limit and the cap on runs at once apply, with the settings' defaults (t
 variables are not passed on; ``--queue-wait S`` sets ``POLICYPAL_QUEUE_WAIT_S``).
 
     python benchmarks/slack_ack.py [--events 200] [--latency 1.0] [--redeliver 200] [--cold] [--no-gc-freeze]
-                                   [--index-during DIR] [--queue-wait S] [--postgres URL]
+                                   [--index-during DIR] [--queue-wait S] [--postgres URL] [--at-start]
 
 ``--index-during DIR``: the server holds a real embedded index (of bot/sample_policies), and
 ``policypal index DIR`` runs through it (adapters/control/) while the burst arrives, so the
 acks share the server process with the embedding model.
+
+``--at-start``: the server is ``policypal serve`` itself, started on an indexed data directory, and the
+burst is sent the moment /readyz first answers 200 (the sender polls it every 5 ms, with its
+connections opened as soon as the port listens). Readiness does not wait for the embedding model, so
+the acks share the process with the model's loading (importing fastembed, building its sessions).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +136,13 @@ def start_server(
     flags = [*([] if freeze_gc else ["--no-gc-freeze"]), *(["--real-index"] if real_index else [])]
     command = [sys.executable, __file__, "--serve", str(port), *flags]
     return subprocess.Popen(command, env=env, cwd=data_dir)
+
+
+def start_policypal_serve(port: int, env: dict[str, str], data_dir: Path) -> subprocess.Popen[bytes]:
+    """`policypal serve` as deployed, its log in the data directory."""
+    command = [sys.executable, "-m", "adapters.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    with (data_dir / "server.log").open("ab") as log:
+        return subprocess.Popen(command, env=env, cwd=data_dir, stdout=log, stderr=subprocess.STDOUT)
 
 
 def policypal(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
@@ -239,13 +252,18 @@ async def runs_in_database(data_dir: Path, database_url: str | None) -> int:
         return int(db.execute("select count(*) from runs").fetchone()[0])
 
 
-async def burst(url: str, requests: list[bytes], *, warm: bool) -> list[float]:
-    """Every request at once, as a burst from Slack would arrive; on kept-alive connections when ``warm``."""
+async def burst(
+    url: str, requests: list[bytes], *, warm: bool, after: Callable[[], Awaitable[None]] | None = None
+) -> list[float]:
+    """Every request at once, as a burst from Slack would arrive; on kept-alive connections when ``warm``;
+    ``after``: awaited once the connections are open, before the burst."""
     connections: list[Connection | None] = [None] * len(requests)
     if warm:  # open the connections first, so connection setup is not counted as ack time
         connections = list(await asyncio.gather(*(Connection.open(url) for _ in requests)))
         healthz = http_request("GET", url, "/healthz")
         await asyncio.gather(*(c.exchange(healthz) for c in connections if c is not None))
+    if after is not None:
+        await after()
     try:
         return list(await asyncio.gather(*(timed(url, r, c) for r, c in zip(requests, connections, strict=True))))
     finally:
@@ -271,10 +289,39 @@ async def wait_replies(slack: FakeSlackAPI, count: int, timeout_s: float) -> Non
 async def send(args: argparse.Namespace) -> None:
     """The sender process: the burst, then the redeliveries; latencies as JSON on stdout."""
     url, events, warm = args.send, envelopes(args.events), not args.cold
-    floor = await burst(url, [http_request("GET", url, "/healthz")] * args.events, warm=warm)  # on an idle server
-    acks = await burst(url, event_requests(url, events, None), warm=warm)
+    if args.when_ready:  # at start: no /healthz burst first, the acks are what meets the model's loading
+        await until_listening(url)
+        acks = await burst(url, event_requests(url, events, None), warm=warm, after=lambda: until_ready(url))
+        floor = await burst(url, [http_request("GET", url, "/healthz")] * args.events, warm=warm)
+    else:
+        floor = await burst(url, [http_request("GET", url, "/healthz")] * args.events, warm=warm)  # on an idle server
+        acks = await burst(url, event_requests(url, events, None), warm=warm)
     again = await burst(url, event_requests(url, events[: args.redeliver], 1), warm=warm) if args.redeliver else []
     print(json.dumps({"acks": acks, "redelivered": again, "healthz": floor}))
+
+
+async def until_listening(url: str) -> None:
+    """Poll until the port accepts connections (a server starting up)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            (await Connection.open(url)).close()
+            return
+        await asyncio.sleep(0.005)
+    raise SystemExit("the server did not listen within 60 s")
+
+
+async def until_ready(url: str) -> None:
+    """Poll /readyz every 5 ms until it says 200."""
+    connection, request = await Connection.open(url), http_request("GET", url, "/readyz")
+    try:
+        deadline = time.monotonic() + 60
+        while await connection.exchange(request) != 200:
+            if time.monotonic() > deadline:
+                raise SystemExit("the server was not ready within 60 s")
+            await asyncio.sleep(0.005)
+    finally:
+        connection.close()
 
 
 def run_sender(url: str, args: argparse.Namespace) -> dict[str, list[float]]:
@@ -289,7 +336,8 @@ def run_sender(url: str, args: argparse.Namespace) -> dict[str, list[float]]:
         "--redeliver",
         str(args.redeliver),
     ]
-    result = subprocess.run([*command, *(["--cold"] if args.cold else [])], capture_output=True, text=True, check=True)
+    command += [*(["--cold"] if args.cold else []), *(["--when-ready"] if args.at_start else [])]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
     data: dict[str, list[float]] = json.loads(result.stdout)
     return data
 
@@ -311,17 +359,21 @@ async def run_on(args: argparse.Namespace, database_url: str | None) -> int:
         env, indexing = server_env(data_dir, model, slack, database_url), None
         if args.queue_wait is not None:
             env["POLICYPAL_QUEUE_WAIT_S"] = str(args.queue_wait)
-        if args.index_during:
+        if args.index_during or args.at_start:
             built = policypal(["index", str(REPO / "bot" / "sample_policies")], env, data_dir)
             if built.wait() != 0:
                 raise SystemExit(f"indexing the sample policies failed:\n{built.stderr.read() if built.stderr else ''}")
         real_index = bool(args.index_during)
-        server = start_server(port, env, data_dir, freeze_gc=args.gc_freeze, real_index=real_index)
+        if args.at_start:
+            server = start_policypal_serve(port, env, data_dir)
+        else:
+            server = start_server(port, env, data_dir, freeze_gc=args.gc_freeze, real_index=real_index)
         try:
-            async with aiohttp.ClientSession() as session:
-                await wait_healthy(session, url, server)
-            (warm_up,) = event_requests(url, [{"type": "url_verification", "challenge": "warm"}], None)
-            await timed(url, warm_up, None)
+            if not args.at_start:
+                async with aiohttp.ClientSession() as session:
+                    await wait_healthy(session, url, server)
+                (warm_up,) = event_requests(url, [{"type": "url_verification", "challenge": "warm"}], None)
+                await timed(url, warm_up, None)
             if args.index_during:
                 indexing = (time.monotonic(), policypal(["index", str(args.index_during)], env, data_dir))
                 await asyncio.sleep(INDEX_HEAD_START_S)  # the embedding model is busy by the time the burst comes
@@ -379,6 +431,8 @@ def report(
     print(f"all replies in:          {total_s:.1f} s after the first event")
     print(f"server peak memory:      {peak_mb:.0f} MB (VmHWM)")
     print(f"gc.freeze() at start-up: {'yes' if args.gc_freeze else 'no'}")
+    if args.at_start:
+        print("server:                  policypal serve, burst sent when /readyz first said 200 (model loading)")
     print(f"queue wait:              {'default' if args.queue_wait is None else f'{args.queue_wait:g} s'}")
 
 
@@ -400,7 +454,10 @@ def main() -> int:
                         help="index DIR through the server (real embedded index) while the burst arrives")
     parser.add_argument("--queue-wait", type=float, metavar="S", default=None,
                         help="POLICYPAL_QUEUE_WAIT_S for the server (default: the setting's default)")
+    parser.add_argument("--at-start", action="store_true",
+                        help="policypal serve itself, the burst sent the moment /readyz first says 200")
     parser.add_argument("--real-index", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--when-ready", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--send", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()

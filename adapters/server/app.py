@@ -79,7 +79,14 @@ def _service_context(given: PolicyPal | None) -> Callable[[web.Application], Asy
     async def context(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
         service = given or await open_service(settings, destinations=destinations(settings), serving=True)
-        warming = asyncio.create_task(_warm_up(service), name="warm-up") if given is None else None
+        warming = None
+        if given is None:
+            # Start-up objects (index, SDKs, and soon the model) never die: keep them out of every later
+            # full collection, whose pauses (0.1-0.2 s over the imports' objects) otherwise land in the
+            # middle of a burst of acks. No collection first: it would find a few dozen unreachable
+            # objects and cost 0.1-0.2 s of start-up.
+            gc.freeze()
+            warming = asyncio.create_task(_warm_up(service), name="warm-up")
         app[SERVICE] = service
         yield
         if warming is not None:
@@ -92,20 +99,21 @@ def _service_context(given: PolicyPal | None) -> Callable[[web.Application], Asy
 async def _warm_up(service: PolicyPal) -> None:
     """Load the embedding model while the server already takes messages.
 
-    The first search imports fastembed and builds both ONNX sessions: 0.6-0.7 s of CPU, a third of
-    start-up. Readiness does not wait for it: events are acknowledged and queued durably from the
-    moment the store and index are open, and a run that searches before the model is loaded waits
-    for it (the embedder's lock), a one-off delay well inside the run's deadline.
+    The first search imports fastembed and builds both ONNX sessions: about 0.9 s of CPU, almost
+    half of start-up (benchmarks/serve.py: ready in 1.2-1.5 s instead of 1.9-2.5 s). Readiness does
+    not wait for it: events are acknowledged and queued durably from the moment the store and index
+    are open, and a run that searches before the model is loaded waits for it (the embedder's lock),
+    a one-off delay well inside the run's deadline. Acks share the process with the loading: a burst
+    of 200 sent the moment /readyz says 200 was acked in p99 81-120 ms, against 49 ms with the model
+    loaded first (``benchmarks/slack_ack.py --at-start``), where before those events met a port not
+    yet listening.
     """
     if service.searcher is not None:
         try:
             await service.searcher.asearch("warm-up", 1)
         except Exception:  # readiness reports a broken index; serving need not stop here
             log.warning("warming up the index failed", exc_info=True)
-    # Start-up objects (model, index, SDKs) never die: keep them out of every later full collection,
-    # whose pauses otherwise land in the middle of a burst of acks. No collection first: here it finds
-    # a few dozen unreachable objects and costs 0.1-0.2 s.
-    gc.freeze()
+    gc.freeze()  # the model's objects join the start-up's, out of the collector's way
     release_freed_memory()  # the model's load-time temporaries: about 55 MB of idle RSS
 
 
