@@ -144,7 +144,7 @@ async def warm_up(service: PolicyPal, grouper: Grouper, *, after_s: float = WARM
     if service.embed is None:
         return
     try:
-        await grouped_since(service, grouper, params.window_since(params.DEFAULT_DAYS))
+        await grouped_since(service, grouper, params.window_of(params.DEFAULT_DAYS)[0])
     except Exception:  # the page will say what is wrong when someone opens it
         log.warning("grouping the knowledge gaps ahead of the first visit failed", exc_info=True)
 

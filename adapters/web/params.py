@@ -24,16 +24,11 @@ def days(request: web.Request, default: int = DEFAULT_DAYS) -> int:
 
 def window(request: web.Request, default_days: int = DEFAULT_DAYS) -> tuple[datetime, datetime, date, date]:
     """The last ``days`` UTC days, today included: (since, until, first day, last day)."""
-    n = days(request, default_days)
-    return window_of(n)
-
-
-def window_since(n: int) -> datetime:
-    """The start of the last ``n`` UTC days, today included."""
-    return window_of(n)[0]
+    return window_of(days(request, default_days))
 
 
 def window_of(n: int) -> tuple[datetime, datetime, date, date]:
+    """The last ``n`` UTC days, today included: (since, until, first day, last day)."""
     last = datetime.now(UTC).date()
     first = last - timedelta(days=n - 1)
     return utc_midnight(first), utc_midnight(last + timedelta(days=1)), first, last

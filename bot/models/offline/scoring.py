@@ -87,9 +87,10 @@ class Scored:
     meaning: float  # cosine, or 0 without an embedding model
 
 
-def is_label(scored: Scored) -> bool:
-    """Link texts or headings run together ("Leave Year Beginning and Ending Dates"): no sentence to quote."""
-    return scored.candidate.unit.table is None and _is_label(scored.candidate.unit.text)
+def is_label(candidate: Candidate) -> bool:
+    """Link texts or headings run together ("Leave Year Beginning and Ending Dates"): no sentence to quote
+    (a row's cells may all be names, so a row never is one)."""
+    return candidate.unit.table is None and _is_label(candidate.unit.text)
 
 
 def score(
@@ -146,8 +147,7 @@ def _discount(candidate: Candidate) -> float:
     sentence about the document itself, or its metadata, restates the question rather than answering it."""
     factor = candidate.passage_score * (1.0 - RANK_DISCOUNT * min(candidate.rank, 4))
     text = candidate.unit.text
-    label = candidate.unit.table is None and _is_label(text)  # a row's cells may all be names
-    if _ABOUT_THE_DOCUMENT.match(text) or _METADATA.match(text) or text.endswith(":") or label:
+    if _ABOUT_THE_DOCUMENT.match(text) or _METADATA.match(text) or text.endswith(":") or is_label(candidate):
         factor *= 0.5  # ... and "you must:" without its list promises what it does not say
     return factor
 

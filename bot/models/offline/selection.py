@@ -63,7 +63,9 @@ def _window(anchor: Scored, ranked: Sequence[Scored], picked: list[Candidate]) -
     around = {
         s.candidate.unit.position: s
         for s in ranked
-        if s.candidate.passage == anchor.candidate.passage and s.candidate.unit.table is None and not is_label(s)
+        if s.candidate.passage == anchor.candidate.passage
+        and s.candidate.unit.table is None
+        and not is_label(s.candidate)
     }
     positions = [c.unit.position for c in picked if c.passage == anchor.candidate.passage]
     low, high = min(positions), max(positions)
