@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -291,7 +292,9 @@ def _answer_from_result(
 
 
 def _citations(text: str, state: RunState) -> tuple[Citation, ...]:
-    cited = [c for cite, c in state.sources.items() if cite in text]
+    """The sources the answer names. A cite counts where the text does not carry on deeper into its
+    headings: "[Policy › Troubleshooting › Error codes]" cites the error codes, not the parent section."""
+    cited = [c for cite, c in state.sources.items() if re.search(re.escape(cite) + r"(?!\s*›)", text)]
     return tuple(dict.fromkeys(cited))
 
 

@@ -13,7 +13,7 @@ from bot.models.offline.planning import opens_like_question
 from bot.models.offline.relevance import relevant
 from bot.models.offline.scoring import Candidate, score
 from bot.models.offline.selection import chosen
-from bot.models.offline.text import shorten
+from bot.models.offline.text import error_codes, shorten
 from bot.models.offline.units import cite_of, passage_units
 from bot.policy_tools import ticket_result_text
 
@@ -117,7 +117,7 @@ def _part_answer(
     if not relevant(part, ranked, reading.meaning):
         return None
     fresh = [s for s in ranked if _key(s.candidate) not in reading.quoted]  # another part quoted the rest
-    picked = chosen(fresh or ranked)
+    picked = chosen(fresh or ranked, error_codes(part.query))
     reading.quoted.update(_key(candidate) for candidate in picked)
     body = _with_cites(picked)
     return f"**{_label(part.focus)}** {body}" if label else body

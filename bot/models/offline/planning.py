@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from bot.models.offline.text import content_words, shorten, unique
+from bot.models.offline.text import content_words, error_codes, shorten, unique
 
 MAX_PARTS = 3
 MAX_QUERY = 300  # the search tool's schema limits
@@ -58,7 +58,6 @@ _HELP_REQUEST = re.compile(
     re.I,
 )
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|my|me|mine|we|we're|our|us)\b", re.I)
-_ERROR_CODE = re.compile(r"\b[A-Z]{2,5}-\d{2,4}\b", re.I)
 _ASKS_MEANING = re.compile(  # "what does error NG-412 mean?", also as one part of a longer question
     r"\b(?:what|which)\s+(?:does|do|is|are)\b[^.!?]*?\b(?:mean|means|meaning|stand for|refer to|error|code)\b[^.!]*\?",
     re.I,
@@ -144,15 +143,21 @@ def _split_question_marks(text: str) -> list[str]:
 
 
 def _split_on_and(piece: str) -> list[str]:
-    """Only "X and Y" where both sides ask: "What is A and can I B?", "flying to Toronto, what class can I
-    book and how much per diem do I get?", but not "A and B"."""
+    """Only "X and Y" where both sides ask, each about something of its own: "What is A and can I B?",
+    "flying to Toronto, what class can I book and how much per diem do I get?", but not "A and B".
+    Each side keeps the question mark the whole ended with."""
     first = _AND_QUESTION.search(piece)
     if first is None:
         return [piece]
     left = re.split(r",\s+|\s+-+\s+|(?<=[.!?])\s+", piece[: first.start()])
     if not any(opens_like_question(_tidy(clause)) for clause in left):
         return [piece]
-    return _AND_QUESTION.split(piece)
+    pieces = _AND_QUESTION.split(piece)
+    if not all(content_words(part) for part in pieces):
+        return [piece]  # "who do i tell and what do they need from me?": the second asks about the first
+    if not piece.rstrip().endswith("?"):
+        return pieces
+    return [p if p.rstrip().endswith(("?", ".", "!")) else f"{p.rstrip(' ,')}?" for p in pieces]  # each still asks
 
 
 _ELLIPTICAL = re.compile(
@@ -202,7 +207,7 @@ def is_problem_clause(clause: str) -> bool:
 
 def names_error_code(text: str) -> bool:
     """ "NG-809": a code the policies may explain, worth looking up even in a problem report."""
-    return bool(_ERROR_CODE.search(text))
+    return bool(error_codes(text))
 
 
 def ticket_arguments(message: str, problem: str = "", related: str = "") -> dict[str, str]:

@@ -15,14 +15,16 @@ better in total. The window stops at a table (a row's neighbours are other bands
 run together.
 
 A row is never quoted alone when its table's other rows answer as well (no guessing which band
-applies), and an item brings the item next to it that completes it ("up to 3 days ... / from the 4th
-day ...")."""
+applies), unless the question names a code the row holds ("NG-412": the other codes' rows are not
+its answer however alike they read), and an item brings the item next to it that completes it
+("up to 3 days ... / from the 4th day ...")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from bot.models.offline.scoring import Candidate, Scored, is_label
+from bot.models.offline.text import error_codes
 
 SECOND_UNIT = 0.7  # another unit, from anywhere, is quoted when it scores this close to the anchor
 MORE_UNITS = 2  # ... two at most
@@ -33,10 +35,11 @@ TABLE_CHARS = 900  # ... when they fit in this many characters
 LIST_NEIGHBOUR = 0.6  # the item next to a quoted item is quoted with it when it scores this much of it
 
 
-def chosen(ranked: Sequence[Scored]) -> list[Candidate]:
-    """The units to quote, best first in ``ranked``, returned in reading order."""
+def chosen(ranked: Sequence[Scored], codes: frozenset[str] = frozenset()) -> list[Candidate]:
+    """The units to quote, best first in ``ranked``, returned in reading order; ``codes``: the ones the
+    question names."""
     anchor = _anchor(ranked)
-    group = _with_its_group(anchor, ranked)
+    group = _with_its_group(anchor, ranked, codes)
     picked = _window(anchor, ranked, group)
     if len(group) > 1:  # rows that all answer, or an item and the one completing it, are the answer
         return sorted(dict.fromkeys(picked), key=lambda candidate: candidate.order)
@@ -44,7 +47,7 @@ def chosen(ranked: Sequence[Scored]) -> list[Candidate]:
         second = next((other for other in ranked if _may_join(other, anchor, picked)), None)
         if second is None:
             break
-        picked += _with_its_group(second, ranked)
+        picked += _with_its_group(second, ranked, codes)
     return sorted(dict.fromkeys(picked), key=lambda candidate: candidate.order)
 
 
@@ -72,13 +75,18 @@ def _window(anchor: Scored, ranked: Sequence[Scored], picked: list[Candidate]) -
     used = sum(len(c.unit.text) for c in picked)
     while True:
         sides = [around[p] for p in (high + 1, low - 1) if p in around]
-        fitting = [s for s in sides if used + len(s.candidate.unit.text) <= WINDOW_CHARS]
+        fitting = [s for s in sides if used + len(s.candidate.unit.text) <= WINDOW_CHARS or _repeats(s, picked)]
         if not fitting:
             return picked
         take = max(fitting, key=lambda s: s.score)
-        picked = [*picked, take.candidate]
-        used += len(take.candidate.unit.text)
+        if not _repeats(take, picked):  # an item the quoted sentence already lists is passed over
+            picked = [*picked, take.candidate]
+            used += len(take.candidate.unit.text)
         low, high = min(low, take.candidate.unit.position), max(high, take.candidate.unit.position)
+
+
+def _repeats(unit: Scored, picked: Sequence[Candidate]) -> bool:
+    return any(overlapping(unit.candidate.unit.text, c.unit.text) for c in picked)
 
 
 def _may_join(other: Scored, best: Scored, picked: Sequence[Candidate]) -> bool:
@@ -88,11 +96,14 @@ def _may_join(other: Scored, best: Scored, picked: Sequence[Candidate]) -> bool:
     return not any(_same_table(other.candidate, c) or overlapping(text, c.unit.text) for c in picked)
 
 
-def _with_its_group(top: Scored, ranked: Sequence[Scored]) -> list[Candidate]:
-    """A row with its table's rows that score as well; an item with its neighbour that completes it."""
+def _with_its_group(top: Scored, ranked: Sequence[Scored], codes: frozenset[str]) -> list[Candidate]:
+    """A row with its table's rows that score as well (the rows naming the question's code, when it
+    names one); an item with its neighbour that completes it."""
     unit = top.candidate.unit
     if unit.table is not None:
         tied = [s for s in ranked if _same_table(s.candidate, top.candidate) and s.score >= TABLE_TIE * top.score]
+        if codes & error_codes(unit.text):
+            tied = [s for s in tied if codes & error_codes(s.candidate.unit.text)]
         rows = [s.candidate for s in tied]
         if sum(len(row.unit.text) for row in rows) <= TABLE_CHARS:
             return sorted(rows, key=lambda row: row.order)

@@ -60,6 +60,14 @@ _CHAT_WORDS = {
 _CHAT_WORD = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _CHAT_WORDS), key=len, reverse=True)) + r")\b", re.I)
 
 
+_ERROR_CODE = re.compile(r"\b[A-Z]{2,5}-\d{2,4}\b", re.I)
+
+
+def error_codes(text: str) -> frozenset[str]:
+    """The error or policy codes a text names ("NG-809"), upper-cased."""
+    return frozenset(code.upper() for code in _ERROR_CODE.findall(text))
+
+
 def normalise_chat(text: str) -> str:
     """Chat shorthand written out ("wfh" -> "work from home", "wont" -> "won't"), the rest untouched."""
     return _CHAT_WORD.sub(lambda match: _CHAT_WORDS[match[0].lower()], text.replace("’", "'"))

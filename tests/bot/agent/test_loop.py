@@ -538,3 +538,26 @@ async def test_a_rate_limit_asking_to_wait_past_the_deadline_ends_the_run_at_onc
     assert fake_openai.events_until("run ended") == ["request 1", "reply 1"]
     assert "HTTP 429: Rate limit reached" in row.trace[-1]["error"]
     assert fake_openai.remaining == 1
+
+
+async def test_a_cited_section_does_not_also_cite_its_parent(tmp_path, fake_openai, sample_index):
+    """The parent section's cite is the start of the child's: only the section the answer names counts."""
+    cites: list[str] = []
+
+    def answer(body):
+        results = json.loads(body["messages"][-1]["content"])["results"]
+        cites.extend(result["cite"] for result in results)
+        child = next(c for c in cites if any(c.startswith(other + " › ") for other in cites))
+        return text(f"NG-412 means your device certificate has expired [{child}].")
+
+    from tests.fakes.openai_server import respond
+
+    fake_openai.script(tool_calls(search("VPN error NG-412 troubleshooting")), respond(answer))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "What does VPN error NG-412 mean?")
+    assert isinstance(reply.outcome, Answer)
+    parents = [c for c in cites if any(other.startswith(c + " › ") for other in cites)]
+    assert parents, "the search should return a section and its parent for this test to mean anything"
+    assert [f"{c.title} › {c.heading}" for c in reply.outcome.citations] == [
+        next(c for c in cites if any(c.startswith(p + " › ") for p in parents))
+    ]

@@ -62,7 +62,7 @@ async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
     assert reply.finish_reason == "tool_calls"
     assert [call.name for call in reply.tool_calls] == ["search_policies"] * 3
     assert [json.loads(call.arguments)["query"] for call in reply.tool_calls] == [
-        "Can I work from abroad",
+        "Can I work from abroad?",  # each part keeps the question mark it was asked with
         "What is the hotel limit per night?",
         "Is there a dress code?",
     ]
@@ -86,6 +86,14 @@ async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
             ["What's the taxi limit per ride?", "What's the mileage rate if i drive?"],
         ),
         ("What is the hotel and the meal limit?", ["What is the hotel and the meal limit?"]),  # one subject
+        (
+            "how many days do new starters get and can I sell unused days for cash?",
+            ["How many days do new starters get?", "Can I sell unused days for cash?"],  # each still a question
+        ),
+        (  # the second part asks about the first: split, it would be searched for nothing of its own
+            "changing my last name. who do i tell and what do they need from me?",
+            ["Changing my last name. who do i tell and what do they need from me?"],
+        ),
     ],
 )
 def test_question_splitting_is_conservative(question: str, parts: list[str]) -> None:

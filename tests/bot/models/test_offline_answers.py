@@ -80,6 +80,17 @@ async def test_an_error_code_is_answered_with_its_whole_table_row(offline: Polic
     assert "What to do: Turn on Settings > Connection > TCP fallback and reconnect." in outcome.text  # the last cell
 
 
+async def test_an_error_code_is_answered_with_its_own_row_not_the_rows_like_it(offline: PolicyPal) -> None:
+    outcome = await answer(offline, "What does VPN error NG-412 mean?", thread="412")
+
+    assert outcome.text.startswith("NG-412: Message: Certificate expired;")
+    assert "NG-809" not in outcome.text
+    assert headings(outcome) == ["Troubleshooting › Common error codes"]  # not its parent section as well
+
+    both = await answer(offline, "what do NG-412 and NG-809 mean?", thread="both")
+    assert "NG-412: Message: Certificate expired" in both.text and "NG-809: Message: Tunnel" in both.text
+
+
 async def test_each_part_of_a_multi_part_question_gets_its_own_answer(offline: PolicyPal) -> None:
     outcome = await answer(
         offline, "how many days annual leave do i get after 5 yrs, and how many KIT days can i use on parental leave?"
@@ -181,3 +192,10 @@ async def test_a_second_question_naming_no_topic_continues_the_first(offline: Po
 
     assert "20 working days" in outcome.text  # working from abroad, not annual leave
     assert "Annual leave" not in " ".join(headings(outcome))
+
+
+async def test_an_item_the_quoted_sentence_already_lists_is_not_quoted_again(offline: PolicyPal) -> None:
+    outcome = await answer(offline, "can I sell unused days for cash?", thread="cash")
+
+    assert "not paid out in cash" in outcome.text
+    assert outcome.text.count("You may carry over up to 5 days") == 1
