@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from bot.agent.coverage import is_not_covered
 from bot.agent.decided import DecidedWrite
 from bot.agent.pricing import Price
 from bot.agent.progress import READING, Progress, activity, tell
-from bot.agent.state import PendingTurn, RunState
+from bot.agent.state import PendingTurn, RunState, cited_in
 from bot.agent.tools import ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
 from bot.agent.turn import ProposedWrite, TurnLimits, run_turn
@@ -263,7 +262,7 @@ def _final(state: RunState, trace: RunTrace, reply: ModelReply, *, after_decisio
         return _give_up(state, trace, TerminationReason.MODEL_ERROR)  # the provider withheld or cut the text
     if not text:
         return _give_up(state, trace, TerminationReason.MODEL_ERROR)
-    citations = _citations(text, state)
+    citations = cited_in(text, state.sources)
     return _finish(state, trace, _answer_reason(state, text, citations, after_decision), Answer(text, citations))
 
 
@@ -289,13 +288,6 @@ def _answer_from_result(
     state.messages.append({"role": "assistant", "content": text})
     trace.add(Step("answer", decided.tool, stop_reason=exhausted.value, text=text))
     return _finish(state, trace, TerminationReason.ANSWERED, Answer(text))
-
-
-def _citations(text: str, state: RunState) -> tuple[Citation, ...]:
-    """The sources the answer names. A cite counts where the text does not carry on deeper into its
-    headings: "[Policy › Troubleshooting › Error codes]" cites the error codes, not the parent section."""
-    cited = [c for cite, c in state.sources.items() if re.search(re.escape(cite) + r"(?!\s*›)", text)]
-    return tuple(dict.fromkeys(cited))
 
 
 def _give_up(state: RunState, trace: RunTrace, reason: TerminationReason, text: str = GIVE_UP_MESSAGE) -> RunResult:

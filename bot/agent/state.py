@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -11,6 +13,14 @@ from bot.identity import EVERYONE
 from bot.types import Citation, Message, UserRef
 
 STATE_VERSION = 1
+
+
+def cited_in(text: str, sources: Mapping[str, Citation]) -> tuple[Citation, ...]:
+    """The sources a text names, in the order they were found. A cite counts where the text does not
+    carry on deeper into its headings: "[Policy › Troubleshooting › Error codes]" cites the error
+    codes, not the parent section as well."""
+    cited = (c for cite, c in sources.items() if re.search(re.escape(cite) + r"(?!\s*›)", text))
+    return tuple(dict.fromkeys(cited))
 
 
 @dataclass

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.agent import Budgets, RunState
+from bot.agent.state import cited_in
 from bot.config import Settings
 from bot.errors import StateVersionError
 from bot.evaluation.checks import CheckResult, Cited, Observed, ToolUse, score
@@ -219,4 +220,4 @@ async def _pending_citations(service: PolicyPal, pending: Pending) -> tuple[Cita
         sources = RunState.from_dict(record.run_state).sources
     except (StateVersionError, KeyError, TypeError):
         return ()
-    return tuple(dict.fromkeys(c for cite, c in sources.items() if cite in pending.text))
+    return cited_in(pending.text, sources)
