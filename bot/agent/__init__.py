@@ -12,7 +12,7 @@ from bot.agent.decided import DecidedWrite, Verdict, decided_write
 from bot.agent.loop import SYSTEM_PROMPT, AgentDeps, LoopSettings, RunResult, run_agent
 from bot.agent.pricing import Price, PriceTable
 from bot.agent.progress import WORKING, Progress, tell
-from bot.agent.state import PendingTurn, RunState
+from bot.agent.state import PendingTurn, RunState, cited_in
 from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
 from bot.agent.turn import GUARDS, ProposedWrite, TurnLimits, execute_confirmed
@@ -46,6 +46,7 @@ __all__ = [
     "Verdict",
     "args_hash",
     "canonical_json",
+    "cited_in",
     "decided_write",
     "estimate_tokens",
     "execute_confirmed",

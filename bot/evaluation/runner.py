@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.agent import Budgets, RunState
-from bot.agent.state import cited_in
+from bot.agent import Budgets, RunState, cited_in
 from bot.config import Settings
 from bot.errors import StateVersionError
 from bot.evaluation.checks import CheckResult, Cited, Observed, ToolUse, score

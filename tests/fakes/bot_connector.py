@@ -129,6 +129,7 @@ class Refusal:
     conversation_id: str
     type: str  # the activity's type ("message", "typing"); "" for a member lookup
     status: int
+    streamed: bool = False  # a Teams stream's activity (it carries a streaminfo entity)
     at: float = field(default_factory=time.monotonic)
 
 
@@ -367,11 +368,11 @@ class FakeBotConnector(LoopbackServer):
         conversation = unquote(request.match_info["conversation"])
         if self.failing and self.outage is not None:
             return await self._refuse(
-                kind, conversation, str(body.get("type", "")), self.outage.status, self.outage.retry_after
+                kind, conversation, str(body.get("type", "")), self.outage.status, self.outage.retry_after, body
             )
         if self.refusal_queue and body.get("type") != "typing":
             status, retry_after = self.refusal_queue.pop(0)
-            return await self._refuse(kind, conversation, str(body.get("type", "")), status, retry_after)
+            return await self._refuse(kind, conversation, str(body.get("type", "")), status, retry_after, body)
         if problems := conformance.activity_card_problems(body):  # Teams refuses a card it cannot render
             return self._bad_card(kind, problems)
         if (size := len(json.dumps(body, ensure_ascii=False).encode())) > MESSAGE_BYTES:
@@ -427,12 +428,19 @@ class FakeBotConnector(LoopbackServer):
         return web.json_response({"error": error}, status=400)
 
     async def _refuse(
-        self, kind: str, conversation: str, activity_type: str, status: int, retry_after: str | None
+        self,
+        kind: str,
+        conversation: str,
+        activity_type: str,
+        status: int,
+        retry_after: str | None,
+        body: dict[str, Any] | None = None,
     ) -> web.Response:
         assert self._changed is not None
+        streamed = any(e.get("type") == "streaminfo" for e in (body or {}).get("entities") or [])
         async with self._changed:
             self.refused.append((kind, status))
-            self.refusals.append(Refusal(kind, conversation, activity_type, status))
+            self.refusals.append(Refusal(kind, conversation, activity_type, status, streamed))
             self._changed.notify_all()
         headers = {"Retry-After": retry_after} if retry_after is not None else None
         error = {"error": {"code": "Throttled" if status == 429 else "ServiceUnavailable", "message": "fake refusal"}}
