@@ -106,7 +106,12 @@ def stands_alone(question: str) -> bool:
 
 def needs_context(question: str) -> bool:
     """ "How long till it unlocks?", "what now?": it points back, or says too little alone."""
-    return bool(_BACK_REFERENCE.search(question)) or len(content_words(question)) < 2
+    return points_back(question) or len(content_words(question)) < 2
+
+
+def points_back(question: str) -> bool:
+    """ "Is that paid?": it names what it asks about with "it", "that", "there"."""
+    return bool(_BACK_REFERENCE.search(question))
 
 
 def _separate(cleaned: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from bot.models.offline.meaning import Meaning
-from bot.models.offline.parts import Part, needs_context
+from bot.models.offline.parts import Part, needs_context, points_back
 from bot.models.offline.scoring import ASKING, Candidate, Scored
 from bot.models.offline.text import GENERIC, content_tokens, stem
 
@@ -40,13 +40,23 @@ def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meani
     its own words or in a word close in meaning."""
     held = set().union(*(_tokens(candidate) for candidate in candidates))
     stems = {stem(word) for word in held}
-    asked = f"{part.focus} {part.context}" if needs_context(part.focus) else part.focus  # "is that paid?"
+    asked = f"{part.focus} {part.context}" if _asks_about_context(part) else part.focus
     absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC if stem(w) not in stems}
     vocabulary = sorted(held - GENERIC)
     return any(
         _weight_in(asked, words, meaning) >= SUBJECT and not _said(" ".join(words), vocabulary, meaning)
         for words in _absent_runs(asked, absent)
     )
+
+
+def _asks_about_context(part: Part) -> bool:
+    """Whether the words the part is about include its context's: "is that paid?" asks about what "that"
+    names, in the question or the situation before it ("got summoned for jury duty, is that paid?").
+    "What do I do?" after a situation ("left my laptop on the train, what do I do?") asks what the policy
+    says to do about it: where and when it happened is no subject the policy must name."""
+    if not needs_context(part.focus):
+        return False
+    return points_back(part.focus) or part.context.rstrip().endswith("?")
 
 
 def _absent_runs(question: str, absent: set[str]) -> list[tuple[str, ...]]:

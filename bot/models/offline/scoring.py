@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.models.offline.meaning import Meaning
-from bot.models.offline.parts import Part
+from bot.models.offline.parts import Part, needs_context
 from bot.models.offline.text import GENERIC_STEMS, content_words
 from bot.models.offline.units import Unit
 
@@ -114,11 +114,12 @@ def score(
 def _meanings(part: Part, candidates: Sequence[Candidate], meaning: Meaning) -> list[float]:
     """Each candidate's closest reading to the question; a question written with context ("I'm a designer
     going fully remote in Canada. What laptop do I get?") is read with it and alone, half each: the
-    context says which row applies, the question what it must say."""
+    context says which row applies, the question what it must say. A question that says nothing
+    alone ("left my laptop in a taxi, what do I do?") is read with its context only."""
     readings = [candidate.readings() for candidate in candidates]
     texts = [text for texts in readings for text in texts]
     flat = meaning.similarities(part.meaning_query, texts)
-    if part.meaning_query != part.focus:
+    if part.meaning_query != part.focus and not needs_context(part.focus):
         alone = meaning.similarities(part.focus, texts)
         flat = [(with_context + by_itself) / 2 for with_context, by_itself in zip(flat, alone, strict=True)]
     found, start = [], 0

@@ -199,3 +199,20 @@ async def test_an_item_the_quoted_sentence_already_lists_is_not_quoted_again(off
 
     assert "not paid out in cash" in outcome.text
     assert outcome.text.count("You may carry over up to 5 days") == 1
+
+
+async def test_a_situation_then_what_do_i_do_is_answered_from_the_section_about_it(offline: PolicyPal) -> None:
+    """ "What am I supposed to do?" says nothing alone: it is read with the situation told before it, and
+    where and when it happened ("on the train this morning") is no subject the policy must name."""
+    reply = await ask(offline, "lost my laptop on the train this morning, what am I supposed to do?", thread="lost")
+
+    assert isinstance(reply.outcome, Pending)  # a lost device is reported with a ticket, and the card answers too
+    assert "[IT Equipment Policy › Lost or stolen devices]" in reply.outcome.text
+    assert reply.outcome.action.arguments["category"] == "security_incident"
+
+
+async def test_a_what_should_i_do_after_a_situation_is_not_read_alone(offline: PolicyPal) -> None:
+    outcome = await answer(offline, "I got a weird email asking for my password, what should I do?")
+
+    assert outcome.text != NOT_IN_POLICY
+    assert any("Reporting phishing" in heading for heading in headings(outcome))
