@@ -18,4 +18,4 @@ def test_ci_runs_the_readmes_test_command_word_for_word_with_skip_reasons_shown(
     ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
 
     assert command in ci_lines
-    assert command.split("&&")[-1].split() == [".venv/bin/pytest", "-rs"]
+    assert command.split("&&")[-1].split() == [".venv/bin/pytest", "-rs", "-n", "2"]
