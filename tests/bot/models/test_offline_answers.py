@@ -216,3 +216,11 @@ async def test_a_what_should_i_do_after_a_situation_is_not_read_alone(offline: P
 
     assert outcome.text != NOT_IN_POLICY
     assert any("Reporting phishing" in heading for heading in headings(outcome))
+
+
+async def test_an_item_and_its_neighbour_do_not_keep_out_a_unit_that_scores_as_well(offline: PolicyPal) -> None:
+    """The working-from-abroad limit is a list item with its neighbour; the work models, from another
+    section, answer "WFH days" as well and are quoted with them."""
+    outcome = await answer(offline, "how many WFH days do I get?", thread="wfh-days")
+
+    assert headings(outcome) == ["Working from abroad", "Work models"]
