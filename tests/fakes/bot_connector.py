@@ -393,7 +393,7 @@ class FakeBotConnector(LoopbackServer):
         """Teams' streaming protocol (personal chats only): a first update without a stream id gets the id
         of the stream's message; each later one names it, with the next sequence number and (streaming)
         text that starts with the text before; a ``final`` message ends it, answered with the same id."""
-        info = next((e for e in body.get("entities") or [] if e.get("type") == "streaminfo"), None)
+        info = _stream_info(body)
         if info is None:
             return None, None
         kind, stream_id = info.get("streamType"), info.get("streamId")
@@ -437,7 +437,7 @@ class FakeBotConnector(LoopbackServer):
         body: dict[str, Any] | None = None,
     ) -> web.Response:
         assert self._changed is not None
-        streamed = any(e.get("type") == "streaminfo" for e in (body or {}).get("entities") or [])
+        streamed = _stream_info(body or {}) is not None
         async with self._changed:
             self.refused.append((kind, status))
             self.refusals.append(Refusal(kind, conversation, activity_type, status, streamed))
@@ -455,3 +455,8 @@ def _type_of(conversation_id: str) -> str:
     if conversation_id.startswith("19:") and "@thread" in conversation_id:
         return "channel"
     return "personal"
+
+
+def _stream_info(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``streaminfo`` entity that makes an activity part of a Teams stream, if it carries one."""
+    return next((e for e in body.get("entities") or [] if e.get("type") == "streaminfo"), None)

@@ -12,9 +12,9 @@ around the extra unit nothing, and requiring each neighbour to score 0.3 of the 
 Sourcegraph. Anchoring on the search's first passage when its best unit scores at least 0.8 of the
 best overall added one (the search ranks passages on more than one sentence); 0.6 and 0.9 were no
 better in total. The window stops at a table (a row's neighbours are other bands) and at link labels
-run together. Later (with the work models change below), up to three more units instead of two took
-the train rows from 47/63 to 48/63 and left 36/60 as it was, answers 5% longer on average (median
-unchanged).
+run together. Once an item no longer ended the answer (below), up to three more units instead of two
+took the train rows from 47/63 to 48/63 and left 36/60 as it was, answers 5% longer on average
+(median unchanged).
 
 A row is never quoted alone when its table's other rows answer as well (no guessing which band
 applies), unless the question names a code the row holds ("NG-412": the other codes' rows are not
