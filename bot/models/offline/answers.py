@@ -12,7 +12,7 @@ from bot.models.offline.parts import Part
 from bot.models.offline.planning import opens_like_question
 from bot.models.offline.relevance import relevant
 from bot.models.offline.scoring import Candidate, score
-from bot.models.offline.selection import chosen
+from bot.models.offline.selection import MORE_UNITS, chosen
 from bot.models.offline.text import error_codes, shorten
 from bot.models.offline.units import cite_of, passage_units
 from bot.policy_tools import ticket_result_text
@@ -28,18 +28,21 @@ def answer_from_results(
     parts: Sequence[Part] = (),
     meaning: Meaning | None = None,
     cited: frozenset[str] = frozenset(),
+    room: int | None = None,
 ) -> str:
     """Compose the reply from this turn's tool results; never adds facts that are not in them.
 
     ``parts`` are the question parts the searches were made for (a part may have been searched twice);
     a search whose query is not one of theirs is answered as its own part. ``cited``: the sections
-    the previous answer cited, which a follow-up most likely continues.
+    the previous answer cited, which a follow-up most likely continues. ``room``: the characters the
+    reply may take (the call's output allowance).
     """
     tickets = [result for result in results if result.name == "create_it_ticket"]
     searches = [result for result in results if result.name == "search_policies" or "results" in result.payload]
     ticket = ticket_result_text(tickets[-1].payload) if tickets else ""
     if searches:
-        answer = _search_answer(searches, parts, _Reading(meaning, cited))
+        space = None if room is None else room - len(ticket) - 2 * bool(ticket)
+        answer = _fitting_answer(searches, parts, meaning, cited, space)
         return f"{ticket}\n\n{answer}" if ticket else answer
     if ticket:
         return ticket
@@ -68,7 +71,27 @@ def _grouped(searches: Sequence[ToolResult], parts: Sequence[Part]) -> list[tupl
     return list(groups.items())
 
 
-def _search_answer(searches: Sequence[ToolResult], parts: Sequence[Part], reading: _Reading) -> str:
+def _fitting_answer(
+    searches: Sequence[ToolResult],
+    parts: Sequence[Part],
+    meaning: Meaning | None,
+    cited: frozenset[str],
+    room: int | None,
+) -> str:
+    """The answer with as many of the units that score nearly as well as fit in ``room`` characters.
+
+    A reply cut at the output cap is a guess the agent gives up on (a helpdesk case for a question the
+    policy answers), so a long multi-part answer drops its extra units first; the best units with
+    their neighbours fit any allowance a deployment would set (three parts quote under 2,500 chars).
+    """
+    for more in range(MORE_UNITS, -1, -1):
+        answer = _search_answer(searches, parts, _Reading(meaning, cited), more)
+        if room is None or len(answer) <= room:
+            break
+    return answer
+
+
+def _search_answer(searches: Sequence[ToolResult], parts: Sequence[Part], reading: _Reading, more: int) -> str:
     groups = _grouped(searches, parts)
     found: list[str] = []
     missing: list[str] = []
@@ -76,7 +99,7 @@ def _search_answer(searches: Sequence[ToolResult], parts: Sequence[Part], readin
     for part, group in groups:
         passages = [(rank, p) for s in group for rank, p in enumerate(_passages(s))]
         errors = [str(s.payload["error"]) for s in group if "error" in s.payload]
-        answer = _part_answer(part, passages, reading, label=len(groups) > 1) if passages else None
+        answer = _part_answer(part, passages, reading, more, label=len(groups) > 1) if passages else None
         if answer:
             found.append(answer)
         elif errors and not passages:
@@ -106,7 +129,7 @@ def _nothing_found(failures: Sequence[str], searched: bool) -> str:
 
 
 def _part_answer(
-    part: Part, passages: Sequence[tuple[int, dict[str, Any]]], reading: _Reading, *, label: bool
+    part: Part, passages: Sequence[tuple[int, dict[str, Any]]], reading: _Reading, more: int, *, label: bool
 ) -> str | None:
     """The best sentences, items or rows of the passages for one part, cited; None when none answers it."""
     candidates = _candidates(passages)
@@ -117,7 +140,7 @@ def _part_answer(
     if not relevant(part, ranked, reading.meaning):
         return None
     fresh = [s for s in ranked if _key(s.candidate) not in reading.quoted]  # another part quoted the rest
-    picked = chosen(fresh or ranked, error_codes(part.query))
+    picked = chosen(fresh or ranked, error_codes(part.query), more)
     reading.quoted.update(_key(candidate) for candidate in picked)
     body = _with_cites(picked)
     return f"**{_label(part.focus)}** {body}" if label else body

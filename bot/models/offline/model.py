@@ -42,6 +42,7 @@ SEARCH_TOOL = "search_policies"
 TICKET_TOOL = "create_it_ticket"
 MAX_SEARCHES = 3  # the agent's search guard answers a fourth with "no further results"
 _CHARS_PER_TOKEN = 4
+_TICKET_SLACK = 80  # a shorter answer may name other documents in the ticket: room for them
 
 
 class OfflineModel:
@@ -65,17 +66,24 @@ class OfflineModel:
         timeout: float,
     ) -> ModelReply:
         """Decide the next turn; ``timeout`` is accepted for the protocol and unused (nothing waits)."""
+        room = max_tokens * _CHARS_PER_TOKEN
         if self._meaning is None:
-            text, calls = decide(messages, tools)
+            text, calls = decide(messages, tools, room=room)
         else:
-            text, calls = await asyncio.to_thread(decide, messages, tools, self._meaning)
+            text, calls = await asyncio.to_thread(decide, messages, tools, self._meaning, room)
         return _reply(text, calls, messages, tools, max_tokens)
 
 
 def decide(
-    messages: Sequence[Message], tools: Sequence[dict[str, Any]], meaning: Meaning | None = None
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]],
+    meaning: Meaning | None = None,
+    room: int | None = None,
 ) -> tuple[str | None, tuple[ToolCall, ...]]:
-    """The whole policy of the offline model: compaction, a new question, or an answer to tool results."""
+    """The whole policy of the offline model: compaction, a new question, or an answer to tool results.
+
+    ``room``: the characters the reply may take; an answer is composed to fit it, as a real model
+    writes within its max_tokens rather than being cut off."""
     if not tools and system_text(messages).startswith(COMPACTION_PREFIX):
         return summarize_history(last_user_text(messages)), ()
     question, offered = last_user_text(messages), tool_names(tools)
@@ -83,13 +91,22 @@ def decide(
     turn = current_turn(messages)
     if not any(message.get("role") == "tool" for message in turn):
         return _plan(question, plan, offered, salt=len(messages))
-    answer = answer_from_results(tool_results(turn), plan.parts, meaning, previous_cites(messages))
+    results, cites = tool_results(turn), previous_cites(messages)
+    answer = answer_from_results(results, plan.parts, meaning, cites, room)
     if plan.problem and TICKET_TOOL in offered and not _called(turn, TICKET_TOOL):
         # A problem report that also asked something: the answer, and beside it the ticket to confirm.
-        arguments = ticket_arguments(question, plan.problem, related=_cites_in(answer))
-        call = _tool_call(0, TICKET_TOOL, arguments, len(messages))
+        call = _ticket_beside(question, plan.problem, answer, len(messages))
+        beside = len(TICKET_BESIDE_ANSWER) + 2 + len(_dumps(call.as_dict())) + _TICKET_SLACK
+        if room is not None and len(answer) + beside > room:
+            answer = answer_from_results(results, plan.parts, meaning, cites, room - beside)
+            call = _ticket_beside(question, plan.problem, answer, len(messages))
         return f"{answer}\n\n{TICKET_BESIDE_ANSWER}", (call,)
     return answer, ()
+
+
+def _ticket_beside(question: str, problem: str, answer: str, salt: int) -> ToolCall:
+    """The ticket proposed beside an answer, its summary naming the documents the answer cites."""
+    return _tool_call(0, TICKET_TOOL, ticket_arguments(question, problem, related=_cites_in(answer)), salt)
 
 
 def estimate_usage(

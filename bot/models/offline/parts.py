@@ -148,7 +148,8 @@ def _asks(text: str) -> bool:
 
 def _parts(asked: str, previous: str, problem: str) -> list[Part]:
     """The parts of a question, each given the context it needs: statements written beside it, the
-    previous question for a lone follow-up, the part before it for a part saying "it"."""
+    previous question for a lone follow-up, the part before it for a part saying "it", and for a later
+    part with none of these, the situation told before the first question."""
     drafts = _drafts(asked)
     if not drafts:  # statements only ("forgot my badge at home"): searched as written
         return [Part(shorten(asked, MAX_QUERY))]
@@ -157,6 +158,7 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
         draft = drafts[0]
         return [Part(draft.focus, _joined([last, *draft.before]), aside=_joined(draft.after), follows=True)]
     parts: list[Part] = []
+    situation = _joined(drafts[0].before)  # told before the first question: what the whole message is about
     for index, draft in enumerate(drafts):
         context, aside = _joined(draft.before), _joined(draft.after)
         if context or aside:  # written with the question: keep it, and try once without it (it may mislead)
@@ -165,6 +167,8 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
         elif (needs_context(draft.focus) or (index and names_no_topic(draft.focus))) and (index or problem):
             before = parts[index - 1] if index else Part(problem)
             parts.append(Part(draft.focus, before.context or before.focus))
+        elif index and situation:  # "need captions for a meeting - how early do I ask, and are we billed?"
+            parts.append(Part(draft.focus, situation))
         else:
             parts.append(Part(draft.focus))
     return parts[:MAX_PARTS]

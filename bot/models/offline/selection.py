@@ -40,15 +40,15 @@ TABLE_CHARS = 900  # ... when they fit in this many characters
 LIST_NEIGHBOUR = 0.6  # the item next to a quoted item is quoted with it when it scores this much of it
 
 
-def chosen(ranked: Sequence[Scored], codes: frozenset[str] = frozenset()) -> list[Candidate]:
+def chosen(ranked: Sequence[Scored], codes: frozenset[str] = frozenset(), more: int = MORE_UNITS) -> list[Candidate]:
     """The units to quote, best first in ``ranked``, returned in reading order; ``codes``: the ones the
-    question names."""
+    question names; ``more``: how many units that score nearly as well may join the anchor."""
     anchor = _anchor(ranked)
     group = _with_its_group(anchor, ranked, codes)
     picked = _window(anchor, ranked, group)
     if len(group) > 1 and anchor.candidate.unit.table is not None:  # rows that all answer are the answer
         return sorted(dict.fromkeys(picked), key=lambda candidate: candidate.order)
-    for _ in range(MORE_UNITS):
+    for _ in range(more):
         second = next((other for other in ranked if _may_join(other, anchor, picked)), None)
         if second is None:
             break

@@ -9,6 +9,7 @@ import pytest
 
 from bot.models.offline.answers import NOT_IN_POLICY
 from bot.models.offline.model import COMPACTION_PREFIX, NAME, TICKET_PROPOSAL, OfflineModel
+from bot.models.offline.parts import plan_message
 from bot.models.offline.planning import split_question
 from bot.models.offline.scoring import Candidate, Scored
 from bot.models.offline.selection import chosen
@@ -27,6 +28,13 @@ ABROAD = {
     "text": "Remote and Hybrid Work Policy › Working from abroad\n\n"
     "Northwind Labs is a distributed company. You may **work from another country** for up to 30 working days "
     "in any 12-month period. Longer stays need approval from the People Team.",
+}
+TRAVELLING = {
+    "cite": "Travel Policy › Working while travelling",
+    "source": "https://intranet.example/travel",
+    "score": 0.7,
+    "text": "Travel Policy › Working while travelling\n\n"
+    "If you work from another country while travelling, tell your manager before you go.",
 }
 HOTEL = {
     "cite": "Business Expenses Policy › Spending limits",
@@ -98,6 +106,19 @@ async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
 )
 def test_question_splitting_is_conservative(question: str, parts: list[str]) -> None:
     assert split_question(question) == parts
+
+
+def test_a_later_question_is_read_in_the_situation_told_before_the_first() -> None:
+    # "are we billed?" alone finds billing codes for project time; it asks about the captions
+    message = "need live captions for a meeting with a deaf coworker - how early do i ask, and is our office billed?"
+    plan = plan_message(message)
+
+    situation = "Need live captions for a meeting with a deaf coworker"
+    assert [(part.focus, part.context) for part in plan.parts] == [
+        ("how early do i ask?", situation),
+        ("Is our office billed?", situation),
+    ]
+    assert plan_message("what is the hotel limit, and is our office billed?").parts[1].context == ""  # none told
 
 
 def test_more_than_three_parts_are_folded_into_the_third() -> None:
@@ -316,6 +337,23 @@ async def test_max_tokens_truncates_the_text() -> None:
     assert short.finish_reason == "length"
     assert short.text is not None and len(short.text) <= 20
     assert short.usage.output_tokens <= 5
+
+
+async def test_an_answer_longer_than_its_allowance_drops_the_extra_units_instead_of_being_cut() -> None:
+    # Cut at the cap, an answer is a guess the agent gives up on: a helpdesk case for a question the
+    # policy answers. The offline model writes within its allowance instead, as a real model does.
+    question = "Can I work from another country?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    history = with_results(question, first, [{"results": [ABROAD, TRAVELLING]}])
+    full = await ask(history)
+    assert full.finish_reason == "stop" and "[Travel Policy › Working while travelling]" in (full.text or "")
+
+    fitted = await ask(history, max_tokens=len(full.text or "") // 4 - 5)
+
+    assert fitted.finish_reason == "stop"
+    text = fitted.text or ""
+    assert "up to 30 working days" in text and text.endswith("[Remote and Hybrid Work Policy › Working from abroad]")
+    assert "Working while travelling" not in text
 
 
 async def test_small_talk_gets_a_reply_without_tools() -> None:
