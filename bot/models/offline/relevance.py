@@ -22,7 +22,7 @@ MIN_MEANING = 0.35  # below this in meaning, and holding less than MIN_WORDS of 
 MIN_WORDS = 0.5
 SURE_MEANING = 0.6  # this close in meaning is on the point whatever the words
 SYNONYM = 0.55  # two words this close in meaning say the same thing ("vacation", "holiday")
-SUBJECT = 0.15  # a word carrying this much of a question's meaning is part of what it asks about
+SUBJECT = 0.12  # a word carrying this much of a question's meaning is part of what it asks about
 
 
 def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> bool:
