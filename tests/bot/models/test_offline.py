@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bot.models.offline.answers import NOT_IN_POLICY
-from bot.models.offline.model import COMPACTION_PREFIX, NAME, TICKET_PROPOSAL, OfflineModel
+from bot.models.offline.model import COMPACTION_PREFIX, NAME, TICKET_BESIDE_ANSWER, TICKET_PROPOSAL, OfflineModel
 from bot.models.offline.parts import plan_message
 from bot.models.offline.planning import split_question
 from bot.models.offline.scoring import Candidate, Scored
@@ -354,6 +354,25 @@ async def test_an_answer_longer_than_its_allowance_drops_the_extra_units_instead
     text = fitted.text or ""
     assert "up to 30 working days" in text and text.endswith("[Remote and Hybrid Work Policy › Working from abroad]")
     assert "Working while travelling" not in text
+
+
+async def test_an_answer_beside_a_ticket_leaves_room_for_the_ticket_within_the_allowance() -> None:
+    # The proposal and its arguments share the allowance with the answer: the answer gives up its extra
+    # units so that the ticket is still proposed whole, instead of the reply being cut.
+    question = "Can I work from another country? My VPN keeps dropping"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    history = with_results(question, first, [{"results": [ABROAD, TRAVELLING]}])
+    full = await ask(history)
+    assert full.finish_reason == "tool_calls" and "Working while travelling" in (full.text or "")
+
+    fitted = await ask(history, max_tokens=full.usage.output_tokens - 2)
+
+    assert fitted.finish_reason == "tool_calls"
+    assert [call.name for call in fitted.tool_calls] == ["create_it_ticket"]
+    assert json.loads(fitted.tool_calls[0].arguments)["summary"] == "My VPN keeps dropping"
+    text = fitted.text or ""
+    assert "up to 30 working days" in text and "Working while travelling" not in text
+    assert text.endswith(TICKET_BESIDE_ANSWER)
 
 
 async def test_small_talk_gets_a_reply_without_tools() -> None:
