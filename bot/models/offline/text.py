@@ -104,6 +104,8 @@ def _stem(word: str) -> str:
                 if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
                     word = word[:-1]  # "submitting", "planned": "submit", "plan"
                 break
+    if word.endswith("ly") and len(word) >= 6:
+        word = word[:-2]  # "nightly", "weekly", "annually": "night", "week", "annual"
     return word[:-1] if word.endswith("e") and len(word) > 4 else word
 
 

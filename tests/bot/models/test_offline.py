@@ -437,3 +437,20 @@ def test_the_best_sentence_comes_with_its_neighbours_and_one_more_near_unit() ->
     # neighbours in reading order up to WINDOW_CHARS (the long sentence does not fit), one more at 0.7
     assert chosen(ranked) == [booked, rule, figure, near]
     assert chosen([Scored(rule, 1.0, 1, 0), Scored(near, 0.5, 1, 0)]) == [rule]  # too far off the point
+
+
+@pytest.mark.parametrize(
+    ("word", "base"), [("nightly", "night"), ("weekly", "week"), ("annually", "annual"), ("monthly", "month")]
+)
+def test_a_word_ending_in_ly_meets_the_word_it_comes_from(word: str, base: str) -> None:
+    # "the nightly hotel cap" is asked of a passage saying "$300 USD per night maximum".
+    from bot.models.offline.text import stem
+
+    assert stem(word) == stem(base)
+
+
+@pytest.mark.parametrize("word", ["early", "only", "apply", "daily"])
+def test_a_short_word_ending_in_ly_is_kept_whole(word: str) -> None:
+    from bot.models.offline.text import stem
+
+    assert stem(word) == word
