@@ -56,8 +56,22 @@ _CHAT_WORDS = {
     "b4": "before",
     "bc": "because",
     "every1": "everyone",
+    "u": "you",
+    "r": "are",
+    "ur": "your",
+    "w/": "with",
+    "w/o": "without",
+    "mtg": "meeting",
+    "abt": "about",
+    "govt": "government",
 }
-_CHAT_WORD = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _CHAT_WORDS), key=len, reverse=True)) + r")\b", re.I)
+# A shorthand stands alone: "u" in "U.S.", "r" in "R&D" and "w/" in "a/w/b" are parts of names.
+_CHAT_WORD = re.compile(
+    r"(?<![\w/&.-])(?:"
+    + "|".join(sorted(map(re.escape, _CHAT_WORDS), key=len, reverse=True))
+    + r")(?![\w/&-]|\.\w)",
+    re.I,
+)
 
 
 _ERROR_CODE = re.compile(r"\b[A-Z]{2,5}-\d{2,4}\b", re.I)

@@ -454,3 +454,18 @@ def test_a_short_word_ending_in_ly_is_kept_whole(word: str) -> None:
     from bot.models.offline.text import stem
 
     assert stem(word) == word
+
+
+@pytest.mark.parametrize(
+    ("chat", "written_out"),
+    [
+        ("r there captions for a mtg w/ a hoh coworker?", "are there captions for a meeting with a hoh coworker?"),
+        ("can u see ur leave w/o pay?", "can you see your leave without pay?"),
+        ("do U.S. R&D staff get it?", "do U.S. R&D staff get it?"),  # a letter inside a name is no shorthand
+        ("is the u-turn on and/or off?", "is the u-turn on and/or off?"),
+    ],
+)
+def test_chat_shorthand_is_written_out_and_names_are_left_alone(chat: str, written_out: str) -> None:
+    from bot.models.offline.text import normalise_chat
+
+    assert normalise_chat(chat) == written_out
