@@ -175,13 +175,20 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
 
 
 _AMOUNT_WORDS = frozenset({"max", "maximum", "min", "minimum", "limit", "many", "much", "long", "often", "per"})
+# Conditions on whatever is asked about: "am I eligible if I only started 2 months ago?"
+_CONDITION_WORDS = frozenset(
+    {"eligible", "eligibility", "qualify", "entitled", "allowed", "permitted", "required", "expected", "mandatory"}
+    | {"start", "started", "joined", "ago"}
+)
+_NO_TOPIC_STEMS = frozenset(stem(word) for word in _AMOUNT_WORDS | _CONDITION_WORDS)
 
 
 def names_no_topic(question: str) -> bool:
-    """ "What's the max days per year?" after "can I work from Brazil?": only amounts and everyday
+    """ "What's the max days per year?" after "can I work from Brazil?", "am I eligible if I only started
+    2 months ago?" after "how many weeks of parental leave?": only amounts, conditions and everyday
     words, so it asks about the topic of the question before it."""
-    words = content_words(question) - GENERIC_STEMS
-    return not words - {stem(word) for word in _AMOUNT_WORDS}
+    words = content_words(question) - GENERIC_STEMS - _NO_TOPIC_STEMS
+    return all(word.isdigit() for word in words)
 
 
 def _drafts(asked: str) -> list[_Draft]:

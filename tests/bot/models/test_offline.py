@@ -469,3 +469,27 @@ def test_chat_shorthand_is_written_out_and_names_are_left_alone(chat: str, writt
     from bot.models.offline.text import normalise_chat
 
     assert normalise_chat(chat) == written_out
+
+
+@pytest.mark.parametrize(
+    ("message", "second_query"),
+    [
+        (
+            "how many weeks of paid parental leave do we get, and am i eligible if i only started 2 months ago?",
+            "How many weeks of paid parental leave do we get? Am i eligible if i only started 2 months ago?",
+        ),
+        (
+            "is there a cap on how many vacation days i can take? is there a minimum we're expected to take?",
+            "Is there a cap on how many vacation days i can take? Is there a minimum we're expected to take?",
+        ),
+    ],
+)
+def test_a_later_part_asking_only_a_condition_is_searched_with_the_part_before(message: str, second_query: str) -> None:
+    # "Am I eligible?" names no topic of its own: alone it would search everything anyone is eligible for.
+    assert plan_message(message).parts[1].query == second_query
+
+
+def test_a_later_part_naming_its_own_topic_is_searched_alone() -> None:
+    parts = plan_message("how many weeks of parental leave do we get? am i eligible for the gym allowance?").parts
+
+    assert parts[1].query == "Am i eligible for the gym allowance?"
