@@ -166,7 +166,10 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
             parts.append(Part(draft.focus, context, also_alone=alone, aside=aside))
         elif (needs_context(draft.focus) or (index and names_no_topic(draft.focus))) and (index or problem):
             before = parts[index - 1] if index else Part(problem)
-            parts.append(Part(draft.focus, before.context or before.focus))
+            # "how much per diem do I get there?" points back to the situation told; "do I need receipts?"
+            # after "how do I claim the phone stipend?" continues the question before it.
+            said = before.context if points_back(draft.focus) else _joined([before.context, before.focus])
+            parts.append(Part(draft.focus, said or before.focus))
         elif index and situation:  # "need captions for a meeting - how early do I ask, and are we billed?"
             parts.append(Part(draft.focus, situation))
         else:

@@ -493,3 +493,17 @@ def test_a_later_part_naming_its_own_topic_is_searched_alone() -> None:
     parts = plan_message("how many weeks of parental leave do we get? am i eligible for the gym allowance?").parts
 
     assert parts[1].query == "Am i eligible for the gym allowance?"
+
+
+def test_a_short_later_part_continues_the_question_before_it() -> None:
+    # "Do I need receipts?" asks about claiming the stipend, not about being based outside the US.
+    parts = plan_message("I'm based outside the US - how do I claim the phone stipend? do I need receipts?").parts
+
+    assert "phone stipend" in parts[1].query and parts[1].focus == "Do I need receipts?"
+
+
+def test_a_later_part_pointing_back_is_read_in_the_situation_told() -> None:
+    message = "flying to toronto next month - what class can i book, and what per diem do i get there?"
+    parts = plan_message(message).parts
+
+    assert parts[1].context == "Flying to toronto next month"
