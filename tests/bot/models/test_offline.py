@@ -339,13 +339,17 @@ async def test_max_tokens_truncates_the_text() -> None:
     assert short.usage.output_tokens <= 5
 
 
+async def answered_in_full(question: str) -> tuple[list[Message], ModelReply]:
+    """The history after searching abroad-working passages for the question, and the reply with room to spare."""
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+    history = with_results(question, first, [{"results": [ABROAD, TRAVELLING]}])
+    return history, await ask(history)
+
+
 async def test_an_answer_longer_than_its_allowance_drops_the_extra_units_instead_of_being_cut() -> None:
     # Cut at the cap, an answer is a guess the agent gives up on: a helpdesk case for a question the
     # policy answers. The offline model writes within its allowance instead, as a real model does.
-    question = "Can I work from another country?"
-    first = await ask([SYSTEM, {"role": "user", "content": question}])
-    history = with_results(question, first, [{"results": [ABROAD, TRAVELLING]}])
-    full = await ask(history)
+    history, full = await answered_in_full("Can I work from another country?")
     assert full.finish_reason == "stop" and "[Travel Policy › Working while travelling]" in (full.text or "")
 
     fitted = await ask(history, max_tokens=len(full.text or "") // 4 - 5)
@@ -359,10 +363,7 @@ async def test_an_answer_longer_than_its_allowance_drops_the_extra_units_instead
 async def test_an_answer_beside_a_ticket_leaves_room_for_the_ticket_within_the_allowance() -> None:
     # The proposal and its arguments share the allowance with the answer: the answer gives up its extra
     # units so that the ticket is still proposed whole, instead of the reply being cut.
-    question = "Can I work from another country? My VPN keeps dropping"
-    first = await ask([SYSTEM, {"role": "user", "content": question}])
-    history = with_results(question, first, [{"results": [ABROAD, TRAVELLING]}])
-    full = await ask(history)
+    history, full = await answered_in_full("Can I work from another country? My VPN keeps dropping")
     assert full.finish_reason == "tool_calls" and "Working while travelling" in (full.text or "")
 
     fitted = await ask(history, max_tokens=full.usage.output_tokens - 2)
