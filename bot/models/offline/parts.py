@@ -181,7 +181,7 @@ _AMOUNT_WORDS = frozenset({"max", "maximum", "min", "minimum", "limit", "many", 
 # Conditions on whatever is asked about: "am I eligible if I only started 2 months ago?"
 _CONDITION_WORDS = frozenset(
     {"eligible", "eligibility", "qualify", "entitled", "allowed", "permitted", "required", "expected", "mandatory"}
-    | {"start", "started", "joined", "ago"}
+    | {"start", "join", "ago"}  # stems: "started", "joined" too
 )
 _NO_TOPIC_STEMS = frozenset(stem(word) for word in _AMOUNT_WORDS | _CONDITION_WORDS)
 
