@@ -23,6 +23,7 @@ MIN_WORDS = 0.5
 SURE_MEANING = 0.6  # this close in meaning is on the point whatever the words
 SYNONYM = 0.55  # two words this close in meaning say the same thing ("vacation", "holiday")
 SUBJECT = 0.12  # a word carrying this much of a question's meaning is part of what it asks about
+STRONG_SCORE = 0.6  # a best candidate this good in words and meaning: words it says otherwise are not missing
 
 
 def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> bool:
@@ -32,20 +33,25 @@ def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> b
         return best.words > 0
     if best.score < MIN_SCORE or (best.meaning < MIN_MEANING and best.words < MIN_WORDS):
         return False
-    return best.meaning >= SURE_MEANING or not _missing_subject(part, [s.candidate for s in ranked], meaning)
+    if best.meaning >= SURE_MEANING:
+        return True
+    return not _missing_subject(part, [s.candidate for s in ranked], meaning, strong=best.score >= STRONG_SCORE)
 
 
-def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meaning) -> bool:
+def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meaning, *, strong: bool) -> bool:
     """A word the question is about (leaving it out changes what it means) that no candidate says, in
-    its own words or in a word close in meaning."""
+    its own words or in a word close in meaning. Next to a ``strong`` best candidate, a word said in
+    other words ("VA": "veterans") is not counted among those missing all at once: one word's
+    closest neighbour is weak evidence ("sports": "teams"), unless the best candidate is on the point."""
     held = set().union(*(_tokens(candidate) for candidate in candidates))
     stems = {stem(word) for word in held}
     asked = f"{part.focus} {part.context}" if _asks_about_context(part) else part.focus
     absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC if stem(w) not in stems}
     vocabulary = sorted(held - GENERIC)
+    unsaid = {word for word in absent if not _said(word, vocabulary, meaning)} if strong else absent
     return any(
         _weight_in(asked, words, meaning) >= SUBJECT and not _said(" ".join(words), vocabulary, meaning)
-        for words in _absent_runs(asked, absent)
+        for words in _absent_runs(asked, absent, unsaid)
     )
 
 
@@ -59,14 +65,16 @@ def _asks_about_context(part: Part) -> bool:
     return points_back(part.focus) or part.context.rstrip().endswith("?")
 
 
-def _absent_runs(question: str, absent: set[str]) -> list[tuple[str, ...]]:
+def _absent_runs(question: str, absent: set[str], unsaid: set[str]) -> list[tuple[str, ...]]:
     """Each absent word alone, absent words written together, small words between them aside
-    ("summoned for jury duty", "merit increase"), and all of them at once ("a gym membership or a
-    fitness allowance"): taking out one word of a name, or one of two names for the same thing,
-    leaves most of the meaning, so alone none may weigh enough."""
+    ("summoned for jury duty", "merit increase"), and all the ones no candidate says in other words at
+    once ("a gym membership or a fitness allowance"): taking out one word of a name, or one of two
+    names for the same thing, leaves most of the meaning, so alone none may weigh enough. Words
+    scattered through the question that the candidates do say in other words ("VA": "veterans")
+    name nothing together."""
     runs: list[tuple[str, ...]] = [(word,) for word in sorted(absent)]
-    if len(absent) > 1:
-        runs.append(tuple(sorted(absent)))
+    if len(unsaid) > 1:
+        runs.append(tuple(sorted(unsaid)))
     current: list[str] = []
     for token in [*re.findall(r"[\w'’-]+", question.lower()), "."]:
         if token in absent:
