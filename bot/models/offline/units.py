@@ -47,14 +47,25 @@ def passage_units(passage: dict[str, Any]) -> list[Unit]:
             lead = _extend_lead(texts, lead, block.text, row=True)
         elif block.kind == "item":
             lists += int(len(texts) - 1 not in items)  # a list starts after anything but an item
-            items[len(texts)] = lists
-            texts.append(shorten(block.text, UNIT_CHARS))
+            for sentence in _item_pieces(block.text):
+                items[len(texts)] = lists
+                texts.append(sentence)
             lead = _extend_lead(texts, lead, block.text, limit=STEPS_CHARS if block.numbered else LEAD_CHARS)
         else:
             sentences = [shorten(s, UNIT_CHARS) for s in _SENTENCE_END.split(block.text) if content_words(s)]
             texts.extend(sentences)
             lead = len(texts) - 1 if sentences and sentences[-1].endswith(":") else None
     return [Unit(text, n, *rows[n]) if n in rows else Unit(text, n, items=items.get(n)) for n, text in enumerate(texts)]
+
+
+def _item_pieces(item: str) -> list[str]:
+    """An item as quoted: whole, or a long one (several sentences) as its sentences, so the one that
+    answers is quoted whole rather than the item's first 300 characters ("... If this group is used
+    for external communications, select Anyone on the web")."""
+    if len(item) <= UNIT_CHARS:
+        return [item]
+    sentences = [s for s in _SENTENCE_END.split(item) if content_words(s)]
+    return [shorten(sentence, UNIT_CHARS) for sentence in sentences or [item]]
 
 
 def _extend_lead(

@@ -41,3 +41,24 @@ def test_an_error_code_row_reaches_the_model_whole(sample_index: PolicyIndex) ->
 
     assert "| NG-809 | Tunnel could not be established |" in passage.text
     assert "Turn on **Settings > Connection > TCP fallback** and reconnect. |" in passage.text
+
+
+def test_a_long_list_item_is_quoted_by_its_sentences_whole() -> None:
+    """An item past the quoting limit is not cut at 300 characters: its last sentence is often the answer."""
+    from bot.models.offline.units import UNIT_CHARS, passage_units
+
+    item = (
+        "- 'Who can post' manages who can send messages to your group. Select **Group members** if you wish to "
+        "limit messages to group members only. Select **Entire organization** if you want to give all "
+        "example.com users the ability to send messages to the group. If this group is being used for "
+        "external communications, select **Anyone on the web**."
+    )
+    passage = {"cite": "Groups › Privacy settings", "text": f"Groups › Privacy settings\n\n- Short item.\n{item}"}
+
+    units = passage_units(passage)
+
+    assert len(item) > UNIT_CHARS
+    last = "If this group is being used for external communications, select Anyone on the web."
+    assert units[-1].text == last
+    assert not any(unit.text.endswith("…") for unit in units)
+    assert len({unit.items for unit in units}) == 1  # the pieces stay items of the one list
