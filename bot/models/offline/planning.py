@@ -17,8 +17,10 @@ _SUBJECT = (
     r"|contractors?|managers?|someone|anyone|people)"
 )
 _ASKS_ANYWHERE = re.compile(rf"\b{_WH}\b", re.I)
-_QUESTION_START = re.compile(rf"^(?:{_WH}\b|{_AUX}\s+{_SUBJECT}\b)", re.I)
-_AND_QUESTION = re.compile(rf",?\s+and\s+(?={_WH}\b|{_AUX}\s+{_SUBJECT}\b)", re.I)
+# "does sitting here count as work hours", "is working from a cafe ok": an activity as the subject
+_ACTIVITY = r"(?:do|does|did|is|are|can|could|will|would|should)\s+\w{3,}ing\b"
+_QUESTION_START = re.compile(rf"^(?:{_WH}\b|{_AUX}\s+{_SUBJECT}\b|{_ACTIVITY})", re.I)
+_AND_QUESTION = re.compile(rf",?\s+and\s+(?={_WH}\b|{_AUX}\s+{_SUBJECT}\b|{_ACTIVITY})", re.I)
 _SEPARATORS = re.compile(r";\s+|\s+and also\s+|(?<=[.!?])\s+also\b,?\s*|,\s+also,\s+", re.I)
 _GREETING = re.compile(r"^(?:hi|hello|hey|hiya|good (?:morning|afternoon|evening))\b(?:\s+\w+)?\s*[,.!:]+\s*", re.I)
 _THANKS_TAIL = re.compile(r"[\s,.!]*\b(?:thanks|thank you|thx|cheers)\b[\s.!]*$", re.I)

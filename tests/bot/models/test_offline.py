@@ -98,6 +98,10 @@ async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
             "how many days do new starters get and can I sell unused days for cash?",
             ["How many days do new starters get?", "Can I sell unused days for cash?"],  # each still a question
         ),
+        (  # an activity as the subject still asks
+            "is working from a cafe ok and are visiting relatives allowed in the office",
+            ["Is working from a cafe ok", "Are visiting relatives allowed in the office"],
+        ),
         (  # the second part asks about the first: split, it would be searched for nothing of its own
             "changing my last name. who do i tell and what do they need from me?",
             ["Changing my last name. who do i tell and what do they need from me?"],
@@ -106,6 +110,18 @@ async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
 )
 def test_question_splitting_is_conservative(question: str, parts: list[str]) -> None:
     assert split_question(question) == parts
+
+
+def test_a_question_about_an_activity_is_a_part_not_a_remark_without_its_question_mark() -> None:
+    message = "flight got cancelled, do i rebook with the airline myself? and does sitting here count as work hours"
+
+    parts = plan_message(message).parts
+
+    assert [part.focus for part in parts] == [
+        "do i rebook with the airline myself?",
+        "Does sitting here count as work hours",
+    ]
+    assert parts[0].aside == ""
 
 
 def test_a_later_question_is_read_in_the_situation_told_before_the_first() -> None:
