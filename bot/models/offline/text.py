@@ -64,6 +64,8 @@ _CHAT_WORDS = {
     "mtg": "meeting",
     "abt": "about",
     "govt": "government",
+    "heads up": "notice",
+    "heads-up": "notice",
 }
 # A shorthand stands alone: "u" in "U.S.", "r" in "R&D" and "w/" in "a/w/b" are parts of names.
 _CHAT_WORD = re.compile(

@@ -478,6 +478,7 @@ def test_a_short_word_ending_in_ly_is_kept_whole(word: str) -> None:
     [
         ("r there captions for a mtg w/ a hoh coworker?", "are there captions for a meeting with a hoh coworker?"),
         ("can u see ur leave w/o pay?", "can you see your leave without pay?"),
+        ("how much heads up do i give? a heads-up by email?", "how much notice do i give? a notice by email?"),
         ("do U.S. R&D staff get it?", "do U.S. R&D staff get it?"),  # a letter inside a name is no shorthand
         ("is the u-turn on and/or off?", "is the u-turn on and/or off?"),
     ],
