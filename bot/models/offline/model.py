@@ -132,9 +132,18 @@ def _plan(question: str, plan: Plan, offered: set[str], *, salt: int) -> tuple[s
         return TICKET_PROPOSAL, (_tool_call(0, TICKET_TOOL, ticket_arguments(question, plan.problem), salt),)
     if SEARCH_TOOL not in offered:
         return "I can't search the policy documents right now, so I can't answer that reliably.", ()
-    queries = list(dict.fromkeys(query for part in plan.parts or (Part(cleaned),) for query in part.queries))
-    calls = (_tool_call(n, SEARCH_TOOL, {"query": query}, salt) for n, query in enumerate(queries[:MAX_SEARCHES]))
+    queries = _searches(plan.parts or (Part(cleaned),))
+    calls = (_tool_call(n, SEARCH_TOOL, {"query": query}, salt) for n, query in enumerate(queries))
     return None, tuple(calls)
+
+
+def _searches(parts: Sequence[Part]) -> list[str]:
+    """Every part's queries while they fit the search guard; past it, one per part (the part alone
+    when it is searched both ways), so no part goes unsearched for another's second phrasing."""
+    queries = list(dict.fromkeys(query for part in parts for query in part.queries))
+    if len(queries) > MAX_SEARCHES:
+        queries = list(dict.fromkeys(part.queries[-1] for part in parts))
+    return queries[:MAX_SEARCHES]
 
 
 def _cites_in(answer: str) -> str:

@@ -70,8 +70,8 @@ async def test_multi_part_question_searches_each_part_in_one_reply() -> None:
     assert reply.finish_reason == "tool_calls"
     assert [call.name for call in reply.tool_calls] == ["search_policies"] * 3
     assert [json.loads(call.arguments)["query"] for call in reply.tool_calls] == [
-        "Can I work from abroad?",  # each part keeps the question mark it was asked with
-        "What is the hotel limit per night?",
+        "Can I work from abroad?",  # each part keeps the question mark it was asked with; past the search
+        "What is the hotel limit per night?",  # guard, each is searched once, alone
         "Is there a dress code?",
     ]
     assert len({call.id for call in reply.tool_calls}) == 3
@@ -134,7 +134,8 @@ def test_a_later_question_is_read_in_the_situation_told_before_the_first() -> No
         ("how early do i ask?", situation),
         ("Is our office billed?", situation),
     ]
-    assert plan_message("what is the hotel limit, and is our office billed?").parts[1].context == ""  # none told
+    told_nothing = plan_message("what is the hotel limit, and is our office billed?").parts[1]
+    assert told_nothing.context == "What is the hotel limit?" and told_nothing.also_alone  # only the question before
 
 
 def test_more_than_three_parts_are_folded_into_the_third() -> None:
@@ -146,7 +147,8 @@ async def test_answer_quotes_matching_sentences_with_cites() -> None:
     question = "Can I work from another country and what is the hotel limit per night?"
     first = await ask([SYSTEM, {"role": "user", "content": question}])
 
-    answer = await ask(with_results(question, first, [{"results": [ABROAD]}, {"results": [HOTEL]}]))
+    results = [{"results": [ABROAD]}, {"results": [HOTEL]}, {"results": [HOTEL]}]  # the hotel part searched twice
+    answer = await ask(with_results(question, first, results))
 
     assert answer.tool_calls == ()
     assert answer.finish_reason == "stop"
@@ -185,7 +187,7 @@ async def test_part_without_results_is_named_as_not_covered() -> None:
     question = "Can I work from another country and can I bring my dog?"
     first = await ask([SYSTEM, {"role": "user", "content": question}])
 
-    answer = await ask(with_results(question, first, [{"results": [ABROAD]}, {"results": []}]))
+    answer = await ask(with_results(question, first, [{"results": [ABROAD]}, {"results": []}, {"results": []}]))
 
     assert 'I couldn\'t find "Can I bring my dog" in the policy documents' in (answer.text or "")
     assert "[Remote and Hybrid Work Policy › Working from abroad]" in (answer.text or "")
@@ -507,10 +509,16 @@ def test_a_later_part_asking_only_a_condition_is_searched_with_the_part_before(m
     assert plan_message(message).parts[1].query == second_query
 
 
-def test_a_later_part_naming_its_own_topic_is_searched_alone() -> None:
+def test_a_later_part_naming_its_own_topic_is_searched_alone_and_after_the_part_before() -> None:
+    """ "Which agency do I pick in the system?" after "how do I donate leave?" continues it; "am I eligible
+    for the gym allowance?" does not: searched both ways, read by its own meaning."""
     parts = plan_message("how many weeks of parental leave do we get? am i eligible for the gym allowance?").parts
 
-    assert parts[1].query == "Am i eligible for the gym allowance?"
+    assert parts[1].queries == [
+        "How many weeks of parental leave do we get? Am i eligible for the gym allowance?",
+        "Am i eligible for the gym allowance?",
+    ]
+    assert parts[1].meaning_query == "Am i eligible for the gym allowance?"
 
 
 def test_a_short_later_part_continues_the_question_before_it() -> None:
