@@ -184,13 +184,17 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
     return parts[:MAX_PARTS]
 
 
-_AMOUNT_WORDS = frozenset({"max", "maximum", "min", "minimum", "limit", "many", "much", "long", "often", "per"})
+# Words asking for an amount: "what's the cap on hotels?" asks for a figure, its topic is hotels.
+AMOUNT_WORDS = frozenset(
+    {"max", "maximum", "min", "minimum", "limit", "limits", "cap", "caps", "ceiling", "many", "much", "long", "often"}
+    | {"per"}
+)
 # Conditions on whatever is asked about: "am I eligible if I only started 2 months ago?"
 _CONDITION_WORDS = frozenset(
     {"eligible", "eligibility", "qualify", "entitled", "allowed", "permitted", "required", "expected", "mandatory"}
     | {"start", "join", "ago"}  # stems: "started", "joined" too
 )
-_NO_TOPIC_STEMS = frozenset(stem(word) for word in _AMOUNT_WORDS | _CONDITION_WORDS)
+_NO_TOPIC_STEMS = frozenset(stem(word) for word in AMOUNT_WORDS | _CONDITION_WORDS)
 
 
 def names_no_topic(question: str) -> bool:

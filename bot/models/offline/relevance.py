@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from bot.models.offline.meaning import Meaning
-from bot.models.offline.parts import Part, needs_context, points_back
+from bot.models.offline.parts import AMOUNT_WORDS, Part, needs_context, points_back
 from bot.models.offline.scoring import ASKING, Candidate, Scored
 from bot.models.offline.text import GENERIC, content_tokens, stem
 
@@ -40,13 +40,14 @@ def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> b
 
 def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meaning, *, strong: bool) -> bool:
     """A word the question is about (leaving it out changes what it means) that no candidate says, in
-    its own words or in a word close in meaning. Next to a ``strong`` best candidate, a word said in
-    other words ("VA": "veterans") is not counted among those missing all at once: one word's
-    closest neighbour is weak evidence ("sports": "teams"), unless the best candidate is on the point."""
+    its own words or in a word close in meaning; "cap" and "maximum" ask for a figure, they name no
+    subject. Next to a ``strong`` best candidate, a word said in other words ("VA": "veterans") is not
+    counted among those missing all at once: one word's closest neighbour is weak evidence ("sports":
+    "teams"), unless the best candidate is on the point."""
     held = set().union(*(_tokens(candidate) for candidate in candidates))
     stems = {stem(word) for word in held}
     asked = f"{part.focus} {part.context}" if _asks_about_context(part) else part.focus
-    absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC if stem(w) not in stems}
+    absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC - AMOUNT_WORDS if stem(w) not in stems}
     vocabulary = sorted(held - GENERIC)
     unsaid = {word for word in absent if not _said(word, vocabulary, meaning)} if strong else absent
     return any(

@@ -224,3 +224,10 @@ async def test_an_item_and_its_neighbour_do_not_keep_out_a_unit_that_scores_as_w
     outcome = await answer(offline, "how many WFH days do I get?", thread="wfh-days")
 
     assert headings(outcome) == ["Working from abroad", "Work models"]
+
+
+async def test_a_cap_asks_for_a_figure_the_policy_calls_a_limit(offline: PolicyPal) -> None:
+    """ "Cap" names no subject the results must say (the policy writes "limit" or states the figure)."""
+    outcome = await answer(offline, "is there a cap on taxi rides?")
+
+    assert "€60" in outcome.text and headings(outcome) == ["Spending limits"]
