@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,12 +13,13 @@ from bot.models.offline.parts import Part
 from bot.models.offline.planning import opens_like_question
 from bot.models.offline.relevance import relevant
 from bot.models.offline.scoring import Candidate, score
-from bot.models.offline.selection import MORE_UNITS, chosen
+from bot.models.offline.selection import MORE_UNITS, chosen, overlapping
 from bot.models.offline.text import error_codes, shorten
 from bot.models.offline.units import cite_of, passage_units
 from bot.policy_tools import ticket_result_text
 
 HELPDESK_OFFER = 'If you need a person, say "talk to the helpdesk" and I\'ll pass your question on.'
+REPEAT_CHARS = 40  # a shorter unit ("Click Submit.") may well occur inside another without repeating it
 NOT_IN_POLICY = (
     "That is not in the policy documents I can search, so I can't give you a policy answer on it. " + HELPDESK_OFFER
 )
@@ -139,7 +141,7 @@ def _part_answer(
     ranked = sorted(scored, key=lambda s: (-s.score, s.candidate.order))
     if not relevant(part, ranked, reading.meaning):
         return None
-    fresh = [s for s in ranked if _key(s.candidate) not in reading.quoted]  # another part quoted the rest
+    fresh = [s for s in ranked if not _quoted_before(s.candidate, reading.quoted)]  # another part quoted the rest
     picked = chosen(fresh or ranked, error_codes(part.query), more)
     reading.quoted.update(_key(candidate) for candidate in picked)
     body = _with_cites(picked)
@@ -148,6 +150,21 @@ def _part_answer(
 
 def _key(candidate: Candidate) -> tuple[str, str]:
     return candidate.cite, candidate.unit.text
+
+
+def _quoted_before(candidate: Candidate, quoted: set[tuple[str, str]]) -> bool:
+    """Another part quoted it, alone or inside a sentence that carries it ("Inform your Manager: As a
+    rule of thumb ..." is the item "As a rule of thumb ..." under its lead), whatever the punctuation."""
+    if _key(candidate) in quoted:
+        return True
+    text = _letters(candidate.unit.text)
+    if len(text) < REPEAT_CHARS:
+        return False
+    return any(cite == candidate.cite and overlapping(text, _letters(other)) for cite, other in quoted)
+
+
+def _letters(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
 
 
 def _candidates(passages: Sequence[tuple[int, dict[str, Any]]]) -> list[Candidate]:

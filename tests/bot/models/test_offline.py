@@ -533,3 +533,24 @@ def test_a_later_part_pointing_back_is_read_in_the_situation_told() -> None:
     parts = plan_message(message).parts
 
     assert parts[1].context == "Flying to toronto next month"
+
+
+async def test_a_later_part_does_not_quote_again_an_item_an_earlier_part_quoted_under_its_lead() -> None:
+    passage = {
+        "cite": "PTO policy › Ground rules",
+        "source": "pto.md",
+        "score": 0.9,
+        "text": "PTO policy › Ground rules\n\nInform your manager:\n\n"
+        "- As a rule of thumb, inform your manager five business days before your leave, and record the leave "
+        "in PeopleHub.\n- Arrange cover for your work.\n\n"
+        "To record leave, open PeopleHub and choose Absence, then New request.",
+    }
+    question = "how much notice do i give my manager before PTO, and how do i record it in PeopleHub?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"results": [passage]} for _ in first.tool_calls]))
+
+    text = answer.text or ""
+    first_part, second_part = text.split("\n- ")
+    assert "Inform your manager: As a rule of thumb" in first_part  # the lead carries its items
+    assert "As a rule of thumb" not in second_part  # ... so the item is not quoted again
