@@ -142,7 +142,8 @@ def _part_answer(
     if not relevant(part, ranked, reading.meaning):
         return None
     fresh = [s for s in ranked if not _quoted_before(s.candidate, reading.quoted)]  # another part quoted the rest
-    picked = chosen(fresh or ranked, error_codes(part.query), more)
+    # all of it quoted for another part already: its best sentence alone says which part of that answers this
+    picked = chosen(fresh, error_codes(part.query), more) if fresh else [ranked[0].candidate]
     reading.quoted.update(_key(candidate) for candidate in picked)
     body = _with_cites(picked)
     return f"**{_label(part.focus)}** {body}" if label else body

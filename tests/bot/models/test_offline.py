@@ -554,3 +554,17 @@ async def test_a_later_part_does_not_quote_again_an_item_an_earlier_part_quoted_
     first_part, second_part = text.split("\n- ")
     assert "Inform your manager: As a rule of thumb" in first_part  # the lead carries its items
     assert "As a rule of thumb" not in second_part  # ... so the item is not quoted again
+
+
+async def test_a_later_part_answered_by_what_was_already_quoted_quotes_only_its_sentence() -> None:
+    question = "Can I work from another country? and do longer stays need approval?"
+    first = await ask([SYSTEM, {"role": "user", "content": question}])
+
+    answer = await ask(with_results(question, first, [{"results": [ABROAD]} for _ in first.tool_calls]))
+
+    first_part, second_part = (answer.text or "").split("\n- ")
+    assert "up to 30 working days" in first_part and "Longer stays need approval" in first_part
+    assert second_part == (
+        "**Do longer stays need approval?** Longer stays need approval from the People Team. "
+        "[Remote and Hybrid Work Policy › Working from abroad]"
+    )
