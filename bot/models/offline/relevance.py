@@ -9,6 +9,7 @@ changes what the question means) occurs in the results, or a word close to it in
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -49,11 +50,14 @@ def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meani
     asked = f"{part.focus} {part.context}" if _asks_about_context(part) else part.focus
     absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC - AMOUNT_WORDS if stem(w) not in stems}
     vocabulary = sorted(held - GENERIC)
-    unsaid = {word for word in absent if not _said(word, vocabulary, meaning)} if strong else absent
-    return any(
-        _weight_in(asked, words, meaning) >= SUBJECT and not _said(" ".join(words), vocabulary, meaning)
-        for words in _absent_runs(asked, absent, unsaid)
-    )
+
+    @functools.cache
+    def said(words: tuple[str, ...]) -> bool:  # each word is looked up once, for its run alone and for `unsaid`
+        return _said(" ".join(words), vocabulary, meaning)
+
+    unsaid = {word for word in absent if not said((word,))} if strong else absent
+    runs = _absent_runs(asked, absent, unsaid)
+    return any(_weight_in(asked, words, meaning) >= SUBJECT and not said(words) for words in runs)
 
 
 def _asks_about_context(part: Part) -> bool:

@@ -52,7 +52,7 @@ def passage_units(passage: dict[str, Any]) -> list[Unit]:
                 texts.append(sentence)
             lead = _extend_lead(texts, lead, block.text, limit=STEPS_CHARS if block.numbered else LEAD_CHARS)
         else:
-            sentences = [shorten(s, UNIT_CHARS) for s in _SENTENCE_END.split(block.text) if content_words(s)]
+            sentences = _sentences(block.text)
             texts.extend(sentences)
             lead = len(texts) - 1 if sentences and sentences[-1].endswith(":") else None
     return [Unit(text, n, *rows[n]) if n in rows else Unit(text, n, items=items.get(n)) for n, text in enumerate(texts)]
@@ -62,10 +62,12 @@ def _item_pieces(item: str) -> list[str]:
     """An item as quoted: whole, or a long one (several sentences) as its sentences, so the one that
     answers is quoted whole rather than the item's first 300 characters ("... If this group is used
     for external communications, select Anyone on the web")."""
-    if len(item) <= UNIT_CHARS:
-        return [item]
-    sentences = [s for s in _SENTENCE_END.split(item) if content_words(s)]
-    return [shorten(sentence, UNIT_CHARS) for sentence in sentences or [item]]
+    return [item] if len(item) <= UNIT_CHARS else _sentences(item) or [shorten(item, UNIT_CHARS)]
+
+
+def _sentences(text: str) -> list[str]:
+    """A paragraph's sentences that say something, each quotable (shortened past UNIT_CHARS)."""
+    return [shorten(sentence, UNIT_CHARS) for sentence in _SENTENCE_END.split(text) if content_words(sentence)]
 
 
 def _extend_lead(
