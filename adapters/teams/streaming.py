@@ -11,9 +11,10 @@ The informative updates come from the run (``progress``: the core's hook, bot.ag
 answer comes from the outbox, like any reply (``deliver``). The stream a run began is kept here, in
 this process, by conversation, so the reply sent from here continues it; a reply sent by another
 process (this one died) starts its own. Exactly once as a post is: the stream's id and sequence are
-saved on the outbox row before the final message, so a retry ends that same stream. On any error the
-answer goes out as a plain message: a stream Teams will not continue (the person pressed Stop, or it
-timed out) never costs them the answer.
+saved on the outbox row before the final message, so a retry ends that same stream, and a retry that
+finds it already ended by a final that got no answer (or whose sender died) does not post it again.
+A stream Teams will not continue (the person pressed Stop, or it timed out) never costs them the
+answer: it goes out as a plain message.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adapters.teams.connector import Connector, Json, remote_error
 from bot.agent import Progress
@@ -43,6 +44,11 @@ class Stream:
 
     id: str | None = None
     sequence: int = 0
+    unanswered: bool = False  # its final was sent and no answer came back: it may have landed
+
+    def saved(self) -> str:
+        """What an outbox row keeps so that a retry ends this same stream."""
+        return json.dumps({"stream": self.id, "sequence": self.sequence, "unanswered": self.unanswered})
 
     def info(self, kind: str) -> Json:
         entity: Json = {"type": STREAM_INFO, "streamType": kind}
@@ -91,15 +97,30 @@ class TeamsStreams:
         self._open.pop(key, None)
 
     async def deliver(self, key: str, reference: Json, delivery: Delivery, final: Json, *, grow: bool) -> str:
-        """Send ``final`` as the end of the chat's stream (``grow``: written out first); its activity id."""
-        stream = _saved(delivery.progress) or self._open.pop(key, None) or Stream()
+        """Send ``final`` as the end of the chat's stream (``grow``: written out first); its activity id.
+
+        Exactly one answer is what counts: a final that may already have landed (an earlier attempt died,
+        or got no answer) and that Teams now refuses as a closed stream was delivered, so it is not posted
+        again; a final refused for now is retried by the outbox on the same stream; only a stream Teams
+        will not continue (Stop pressed, timed out) has the answer posted as a plain message.
+        """
+        saved = _saved(delivery.progress)
+        stream = saved or self._open.pop(key, None) or Stream()
+        if grow and not delivery.progress:
+            await self._grow(stream, reference, str(final.get("text") or ""))
+        if stream.id is None:  # nothing streamed: a plain message
+            return await _send(self._connector, reference, final)
+        await delivery.save(stream.saved())  # a retry ends this same stream
         try:
-            if grow and not delivery.progress:
-                await self._grow(stream, reference, str(final.get("text") or ""))
-            if stream.id is not None:  # a retry ends this same stream
-                await delivery.save(json.dumps({"stream": stream.id, "sequence": stream.sequence}))
             return await self._end(stream, reference, final)
-        except RemoteError as exc:  # Stop pressed, the stream timed out, Teams refused an update: post it whole
+        except RemoteError as exc:
+            if exc.status == 403 and saved is not None and (saved.unanswered or delivery.uncertain):
+                log.info("teams stream %s in %s was ended by an earlier attempt; not posted again", stream.id, key)
+                return stream.id
+            if exc.retryable:
+                if exc.status is None:  # no answer at all: the final may have landed
+                    await delivery.save(replace(stream, unanswered=True).saved())
+                raise
             log.warning("teams stream %s in %s failed (%s); the answer is posted as a message", stream.id, key, exc)
             return await self._connector.send(reference, final)
 
@@ -120,9 +141,14 @@ class TeamsStreams:
         return stream.id  # the message the stream wrote: what Teams' feedback and updates name
 
     async def _grow(self, stream: Stream, reference: Json, text: str) -> None:
+        """Write the answer out; a refused update ends the writing (the final still carries all of it)."""
         for so_far in growing(text):
             update = {"type": "typing", "text": so_far, "entities": [stream.info("streaming")]}
-            sent = await _send(self._connector, reference, update)
+            try:
+                sent = await _send(self._connector, reference, update)
+            except RemoteError as exc:
+                log.warning("teams stream %s: an update was refused (%s); ending it with the answer", stream.id, exc)
+                return
             stream.id, stream.sequence = stream.id or sent or None, stream.sequence + 1
             await asyncio.sleep(self._pace_s)
 
@@ -145,4 +171,4 @@ def _saved(progress: str | None) -> Stream | None:
         return None
     if not isinstance(saved, dict) or not saved.get("stream"):
         return None
-    return Stream(str(saved["stream"]), int(saved.get("sequence") or 0))
+    return Stream(str(saved["stream"]), int(saved.get("sequence") or 0), bool(saved.get("unanswered")))

@@ -25,6 +25,8 @@ A busy or failing channel: ``refuse_next(status, times=...)`` refuses the next f
 ``fail_for(seconds, status, retry_after=...)`` refuses every post, reply and update (typing included)
 until that much time has passed, as an outage, and ``fail_for(0)`` ends it at once. Each refused call
 is in ``refused`` (kind, status) and, with its conversation and activity type, in ``refusals``.
+``lose_answer_next(times=...)`` takes the next few message calls as usual (posted, recorded) but drops
+the connection before answering, so the bot cannot tell whether they were posted.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class FakeStream:
     updates: list[tuple[str, str]] = field(default_factory=list)
     final: dict[str, Any] | None = None
     sequence: int = 0
+    final_unanswered: bool = False  # the final was taken but its answer lost (lose_answer_next)
 
     def take(self, kind: str, info: dict[str, Any], body: dict[str, Any]) -> str | None:
         """Record one update or the final message; what Teams would refuse about it, if anything."""
@@ -149,6 +152,7 @@ class FakeBotConnector(LoopbackServer):
 
     fail_status: int | None = None  # answer every bot call with this status (for delivery failures)
     refusal_queue: list[tuple[int, str | None]] = field(default_factory=list)  # see refuse_next
+    lost_answers: list[int] = field(default_factory=lambda: [0])  # see lose_answer_next (a count, in a box)
     refused: list[tuple[str, int]] = field(default_factory=list)  # (kind, status) of each refused call
     refusals: list[Refusal] = field(default_factory=list)  # the same calls, with conversation and type
     outage: Outage | None = None  # see fail_for
@@ -182,6 +186,11 @@ class FakeBotConnector(LoopbackServer):
     def refuse_next(self, status: int, *, times: int = 1, retry_after: str | None = None) -> None:
         """Answer the next ``times`` message posts or updates (typing passes) with ``status``, as a busy channel."""
         self.refusal_queue.extend([(status, retry_after)] * times)
+
+    def lose_answer_next(self, *, times: int = 1) -> None:
+        """Post the next ``times`` message posts or updates (typing passes) but answer none of them: the
+        connection drops after Teams took the activity, as a timeout does."""
+        self.lost_answers[0] += times
 
     def fail_for(
         self, seconds: float, status: int = 503, *, retry_after: str | None = None, roster: bool = False
@@ -378,6 +387,9 @@ class FakeBotConnector(LoopbackServer):
         if (size := len(json.dumps(body, ensure_ascii=False).encode())) > MESSAGE_BYTES:
             problem = f"an activity of {size:,} bytes (limit {MESSAGE_BYTES:,})"
             return self._refused_by_teams(413, "MessageSizeTooBig", problem)
+        if (ended := self._ended_stream(body)) is not None and ended.final_unanswered:  # a retry of that final
+            return await self._refuse(kind, conversation, str(body.get("type", "")), 403, None, body,
+                                      code="ContentStreamNotAllowed")
         stream_id, refusal = self._stream_step(conversation, body)
         if refusal is not None:
             return refusal
@@ -387,6 +399,13 @@ class FakeBotConnector(LoopbackServer):
         async with self._changed:
             self.recorded.append(Recorded(kind, conversation, activity_id, body, headers, str(new_id)))
             self._changed.notify_all()
+        if self.lost_answers[0] and body.get("type") != "typing":
+            self.lost_answers[0] -= 1
+            if stream_id is not None and (_stream_info(body) or {}).get("streamType") == "final":
+                self.streams[stream_id].final_unanswered = True
+            assert request.transport is not None
+            request.transport.abort()  # taken and posted, but the bot never hears so
+            return web.Response(status=200)
         return web.json_response({} if self.answers_without_ids else {"id": new_id})
 
     def _stream_step(self, conversation: str, body: dict[str, Any]) -> tuple[str | None, web.Response | None]:
@@ -416,6 +435,12 @@ class FakeBotConnector(LoopbackServer):
             return None, self._refused_by_teams(400, "BadArgument", problem)
         return stream_id, None
 
+    def _ended_stream(self, body: dict[str, Any]) -> FakeStream | None:
+        """The stream a ``final`` message names, when that stream has already ended."""
+        info = _stream_info(body) or {}
+        stream = self.streams.get(str(info.get("streamId"))) if info.get("streamType") == "final" else None
+        return stream if stream is not None and stream.final is not None else None
+
     def _refused_by_teams(self, status: int, code: str, problem: str) -> web.Response:
         self.violations.append(problem)
         conformance.report("Teams", [problem])
@@ -435,6 +460,8 @@ class FakeBotConnector(LoopbackServer):
         status: int,
         retry_after: str | None,
         body: dict[str, Any] | None = None,
+        *,
+        code: str | None = None,
     ) -> web.Response:
         assert self._changed is not None
         streamed = _stream_info(body or {}) is not None
@@ -443,7 +470,8 @@ class FakeBotConnector(LoopbackServer):
             self.refusals.append(Refusal(kind, conversation, activity_type, status, streamed))
             self._changed.notify_all()
         headers = {"Retry-After": retry_after} if retry_after is not None else None
-        error = {"error": {"code": "Throttled" if status == 429 else "ServiceUnavailable", "message": "fake refusal"}}
+        code = code or ("Throttled" if status == 429 else "ServiceUnavailable")
+        error = {"error": {"code": code, "message": "fake refusal"}}
         return web.json_response(error, status=status, headers=headers)
 
 

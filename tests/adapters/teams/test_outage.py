@@ -85,15 +85,12 @@ async def teams(
 
 
 def refused_posts(teams: Teams, conversation_id: str) -> int:
-    """Message posts (not typing, not updates, not a stream's final message: the answer falls back to a
-    plain message within the same outbox attempt) the channel refused in a conversation."""
+    """Message posts (not typing, not updates) the channel refused in a conversation: one an outbox attempt,
+    a stream's final included (one refused for now is retried on the same stream, not posted plain)."""
     return sum(
         1
         for r in teams.channel.refusals
-        if r.conversation_id == conversation_id
-        and r.type == "message"
-        and r.kind != "update"
-        and not r.streamed
+        if r.conversation_id == conversation_id and r.type == "message" and r.kind != "update"
     )
 
 
