@@ -38,6 +38,7 @@ __all__ = [
     "ConfigError",
     "DatabaseNotReady",
     "DeliveryFailed",
+    "LeftForLater",
     "ModelError",
     "ModelTimeout",
     "Observation",
@@ -132,3 +133,11 @@ class DeliveryFailed(RemoteError):
 
 class ClaimLost(PolicyPalError):
     """Another worker took this delivery over (ours was presumed dead): stop, it carries on."""
+
+
+class LeftForLater(PolicyPalError):
+    """Work that never began, left unanswered in the inbox for a process that stays (this one is stopping).
+
+    A message whose turn comes after the shutdown grace period is not run and given up on: it is still
+    in the inbox, so the restarted process (or another replica) answers it in full.
+    """

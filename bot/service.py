@@ -42,7 +42,7 @@ from bot.audience import Audience, asker_audience
 from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
 from bot.delivery import Address, Inbox, Outbox, Post, current_lease, post_destination
-from bot.errors import StateVersionError
+from bot.errors import LeftForLater, StateVersionError
 from bot.helpdesk import (
     ACTION_UNKNOWN,
     CARD_NOT_SHOWN,
@@ -173,6 +173,8 @@ class PolicyPal:
         async with self.admission.slots.slot(on_queued) as turn:
             if not turn.admitted:
                 return await self._refuse(inbound, where, "busy", busy_text(turn.waited_s))
+            if self.inflight.past_grace:  # its turn came too late to run: the next process answers it whole
+                raise LeftForLater(f"{inbound.event_id} waited for a slot past the shutdown grace period")
             if turn.queued:
                 await tell(progress, WORKING)  # its status line said "Queued" until now
             return await self._run(state, where, cancel, also=also, progress=progress)

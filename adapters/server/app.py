@@ -8,8 +8,9 @@ outbox and the sweeper (heartbeat, crash recovery, expired cards) run beside the
 
 Shutdown (SIGTERM or Ctrl-C): aiohttp stops listening and Slack leaves Socket Mode (new events go
 to another replica), then ``_drain`` gives runs in flight ``POLICYPAL_SHUTDOWN_GRACE_S`` to finish
-and cancels the rest, which give up with a helpdesk case and a reply; only then do the platforms
-drain their reply tasks and the service close.
+and cancels the rest, which give up with a helpdesk case and a reply (a message still queued for a slot
+is not begun: it stays in the inbox for the next process); only then do the platforms drain their
+reply tasks and the service close.
 """
 
 from __future__ import annotations

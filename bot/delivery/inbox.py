@@ -9,7 +9,9 @@ the work concludes with (a run, its reply, a card) commits only while the item's
 one it started with (``Lease``, read by the service from ``current_lease()``): so a process that
 stalled while another took its item over writes nothing when it wakes, and says so.
 
-If the process dies, or the work fails (the database went away mid-run), the item stays unanswered.
+If the process dies, or the work fails (the database went away mid-run), the item stays unanswered;
+so does one whose work never began because the process is stopping (``LeftForLater``: a message
+still queued for a slot when the shutdown grace period ran out), without counting as an attempt.
 The sweeper hands it (``recover``) to a live process with the next epoch, which does the work again;
 after ``max_attempts`` the item fails and its handler tells the person (``on_failure``). A failure
 that is the platform's for now (a retryable ``RemoteError``: users.info answering internal_error
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.errors import RemoteError
+from bot.errors import LeftForLater, RemoteError
 from bot.runtime import THIS_PROCESS, BackgroundTasks
 from bot.store import InboxRecord, NewItem, Store, utcnow
 
@@ -178,6 +180,9 @@ class Inbox:
                 await self.store.inbox.finish(record.id, record.epoch)
         except asyncio.CancelledError:
             raise
+        except LeftForLater as exc:  # never begun: not an attempt, and not this process's to answer now
+            log.info("inbox: %s is left for the next process: %s", record.id, exc)
+            await self.store.inbox.give_back(record.id, record.epoch)
         except Exception as exc:  # left unanswered: the sweeper hands it out again, up to max_attempts
             waiting = self._platform_refusing(exc, record)
             if waiting:

@@ -2,7 +2,9 @@
 
 On SIGTERM the server stops taking requests, then ``drain``: runs get ``grace_s`` to finish; the rest
 are cancelled cooperatively (their event is set), so the agent loop ends with ``cancelled``, the service
-opens a helpdesk case and the adapter posts the give-up reply. Nobody is left without an answer.
+opens a helpdesk case and the adapter posts the give-up reply. Nobody is left without an answer: a
+message still waiting for a slot by then is not begun at all (bot.service raises ``LeftForLater``) and
+stays in the inbox for the next process.
 """
 
 from __future__ import annotations

@@ -148,6 +148,18 @@ class InboxRows(Repository):
             new = (await conn.execute(stmt)).scalar_one_or_none()
         return None if new is None else int(new)
 
+    async def give_back(self, item_id: str, epoch: int) -> bool:
+        """The attempt ``epoch`` made did not happen (its work never began): whoever takes the item over next
+        counts that attempt again. False when another process holds the item by now."""
+        table = InboxItem
+        stmt = (
+            update(table)
+            .where(table.id == item_id, table.epoch == epoch, table.state == "leased", table.attempts > 0)
+            .values(attempts=table.attempts - 1)
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
     async def holds(self, item_id: str, epoch: int, conn: AsyncConnection | None = None) -> bool:
         """Whether ``epoch`` is still the item's (nobody took it over)."""
         stmt = select(InboxItem.epoch).where(InboxItem.id == item_id, InboxItem.state == "leased")

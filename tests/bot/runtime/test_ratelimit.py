@@ -208,3 +208,35 @@ async def test_a_message_waiting_for_a_slot_is_already_in_the_inbox_so_a_crash_c
     assert [item.payload["text"] for item in waiting] == ["a slow one", "me too"]
     assert [reply.outcome.text for _, reply in answered if reply] == ["Slow answer.", "Bob's answer."]
     assert left == []
+
+
+async def test_a_message_still_queued_when_the_shutdown_grace_ends_is_left_for_the_restart_not_given_up(
+    tmp_path, fake_openai
+):
+    """A run in flight past the grace period gives up (it began, and says so with a case); a message still
+    waiting for a slot never began: no run, reply or case, its attempt given back, and the restart answers it."""
+    released = asyncio.Event()
+    fake_openai.script(held(released, text("Slow answer.")), text("Bob's answer."))
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    async with service(tmp_path, fake_openai, NoPassages()) as svc:
+        answered = answer_messages(svc)
+        slots = RunSlots(1, wait_s=3600)
+        svc.admission = Admission(UserRateLimit(svc.store, 0), slots)
+        assert await deliver(svc, Inbound("console", "terminal", "a", ALICE, "a slow one", event_id="q1"))
+        await eventually(lambda: fake_openai.requests)
+        assert await deliver(svc, Inbound("console", "terminal", "b", BOB, "me too", event_id="q2"))
+        await eventually(lambda: slots.queued == 1)
+        cancelled = await svc.inflight.drain(0.05)
+        await svc.inbox.drain(5)
+        (left,) = await svc.store.inbox.unanswered(since)
+        cases_then = await svc.store.cases.recent(10)
+    async with service(tmp_path, fake_openai, NoPassages()) as restarted:
+        answered_after = answer_messages(restarted)
+        taken = await Sweeper(restarted).sweep_once()
+        await eventually(lambda: answered_after)
+        await restarted.inbox.drain(5)
+    assert cancelled == 1 and [reply.reason for _, reply in answered if reply] == [TerminationReason.CANCELLED]
+    assert [record.payload["text"] for record, _ in answered] == ["a slow one"]  # Bob's never reached a reply
+    assert left.payload["text"] == "me too" and left.attempts == 0 and len(cases_then) == 1
+    assert taken.taken_over == [left.id] and answered_after[0][0].attempts == 1
+    assert [reply.outcome.text for _, reply in answered_after if reply] == ["Bob's answer."]

@@ -86,6 +86,15 @@ async def test_only_one_process_takes_over_an_item_and_each_takeover_raises_the_
     assert item is not None and (item.owner, item.epoch, item.attempts) == ("c", 3, 3)
 
 
+async def test_an_attempt_given_back_is_not_counted_and_only_its_own_epoch_may_give_it_back(store: Store) -> None:
+    await store.inbox.accept("slack:Ev1", "slack", "k", {}, "p1")
+    assert await store.inbox.give_back("slack:Ev1", 1)  # p1 stopped before it began the work
+    assert await store.inbox.relet("slack:Ev1", 1, "p2") == 2
+    assert not await store.inbox.give_back("slack:Ev1", 1)  # p1's epoch no longer holds it
+    item = await store.inbox.get("slack:Ev1")
+    assert item is not None and (item.owner, item.epoch, item.attempts) == ("p2", 2, 1)
+
+
 def _run_row(run_id: str, **fields: object) -> dict[str, object]:
     return {
         "id": run_id, "conversation_key": "slack:T1:C1:1.0", "platform": "slack", "user_id": "U1",
