@@ -16,6 +16,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000
+# PostgreSQL sessions, as SQLite's busy timeout bounds its lock waits: a statement waiting longer than
+# lock_timeout for a row another replica holds fails (the work is retried, as for any database error)
+# instead of queueing every replica behind it; a transaction left idle that long by a frozen process
+# is ended by the server, releasing its locks. A deployment's own ``server_settings`` win.
+POSTGRES_SESSION = {"lock_timeout": "5s", "idle_in_transaction_session_timeout": "60s"}
 # This release's newest migration, written here too so that opening a database already at it needs no
 # Alembic (about 0.3 s of a server's start-up); tests/bot/store/test_migrations.py keeps the two equal.
 SCHEMA_HEAD = "0008_console"
@@ -52,7 +57,7 @@ async def open_engine(url: str, connect_args: Mapping[str, Any] | None, schema: 
         raise ValueError(f"unsupported database {dialect!r}; use sqlite+aiosqlite or postgresql+asyncpg")
     if dialect == "sqlite":
         prepare_sqlite_file(url)
-    engine = create_async_engine(url, connect_args=dict(connect_args or {}), **_pool_options(dialect))
+    engine = create_async_engine(url, connect_args=_connect_args(dialect, connect_args), **_pool_options(dialect))
     if dialect == "sqlite":
         event.listen(engine.sync_engine, "connect", _tune_sqlite)
     try:
@@ -73,10 +78,18 @@ def open_ack_engine(engine: AsyncEngine, url: str, connect_args: Mapping[str, An
     options = (
         _pool_options(dialect) if dialect == "sqlite" else {"pool_size": 2, "max_overflow": 2, "pool_recycle": 300}
     )
-    ack = create_async_engine(url, connect_args=dict(connect_args or {}), **options)
+    ack = create_async_engine(url, connect_args=_connect_args(dialect, connect_args), **options)
     if dialect == "sqlite":
         event.listen(ack.sync_engine, "connect", _tune_sqlite)
     return ack
+
+
+def _connect_args(dialect: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The driver's arguments: PostgreSQL sessions get ``POSTGRES_SESSION`` under what the caller set."""
+    args = dict(given or {})
+    if dialect == "postgresql":
+        args["server_settings"] = {**POSTGRES_SESSION, **(args.get("server_settings") or {})}
+    return args
 
 
 def _pool_options(dialect: str) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from bot.store import Store
 from bot.types import TerminationReason
@@ -93,6 +95,29 @@ async def test_an_attempt_given_back_is_not_counted_and_only_its_own_epoch_may_g
     assert not await store.inbox.give_back("slack:Ev1", 1)  # p1's epoch no longer holds it
     item = await store.inbox.get("slack:Ev1")
     assert item is not None and (item.owner, item.epoch, item.attempts) == ("p2", 2, 1)
+
+
+async def test_a_postgresql_statement_waiting_on_a_lock_another_replica_holds_fails_rather_than_waits(
+    database: Database,
+) -> None:
+    if database.url.startswith("sqlite"):
+        pytest.skip("SQLite bounds lock waits with its busy timeout (PRAGMA busy_timeout), not lock_timeout")
+    store = await database.open()
+    async with store.transaction() as conn:  # every session gets the bounds, the acks' engine's too
+        assert (await conn.execute(text("SHOW lock_timeout"))).scalar() == "5s"
+        assert (await conn.execute(text("SHOW idle_in_transaction_session_timeout"))).scalar() == "1min"
+    settings = {**database.connect_args["server_settings"], "lock_timeout": "100ms"}  # a short wait, for the test
+    quick = Database(database.url, {"server_settings": settings})
+    impatient = await quick.open()
+    try:
+        await store.inbox.accept("slack:Ev1", "slack", "k", {}, "p1")
+        async with store.transaction() as holder:  # another replica, mid-transaction on the item
+            await holder.execute(text("SELECT id FROM inbox WHERE id = 'slack:Ev1' FOR UPDATE"))
+            with pytest.raises(DBAPIError, match="lock timeout"):
+                await impatient.inbox.finish("slack:Ev1", 1)
+        assert await impatient.inbox.finish("slack:Ev1", 1)  # the lock released: the same write goes through
+    finally:
+        await quick.close_all()
 
 
 def _run_row(run_id: str, **fields: object) -> dict[str, object]:
