@@ -8,37 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Collection
 from pathlib import Path
 
 from adapters.control.listener import Action, Refused
-from adapters.control.protocol import Json, Malformed
+from adapters.control.protocol import IndexRequest, Json, read
 from bot.index import OwnedIndex
 from retrieval import IndexingStopped, format_report, load_for_index
 
 log = logging.getLogger(__name__)
-
-PATHS_SHAPE = 'send {"paths": [absolute paths], "remove": false}'
-
 
 def index_action(owned: OwnedIndex, known_groups: Collection[str] | None) -> Action:
     """The /index route: index (or remove) absolute paths, one request at a time."""
     busy = asyncio.Lock()
 
     async def index(body: Json) -> Json:
-        paths = body.get("paths")
-        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
-            raise Malformed(PATHS_SHAPE)
-        remove = body.get("remove", False)
-        if not isinstance(remove, bool):
-            raise Malformed("`remove` must be true or false")
+        asked = read(IndexRequest, body)
         if busy.locked():
             raise Refused(409, "the server is already indexing; try again when it is done")
         async with busy:
             try:
-                return await _index_paths(owned, [Path(p) for p in paths], remove, known_groups)
+                return await _index_paths(owned, [Path(p) for p in asked.paths], asked.remove, known_groups)
             except Exception as exc:
                 log.exception("indexing through the server failed")
                 raise Refused(500, f"indexing failed in the server: {exc}") from exc

@@ -1,23 +1,27 @@
 """Where the control socket is, its routes, and the JSON forms of what crosses it.
 
 Both ends read this module: the server decodes requests and encodes answers, the CLI the other way
-round. A value that does not decode raises ``Malformed`` naming the field (the server answers 400 with
-it). A decision travels as its status and sentence: the stored record and the card stay in the server.
+round. Shapes are pydantic models (requests, strictly: JSON ``true`` is no number, ``" "`` no id)
+and pydantic's reading of the core's own dataclasses (answers); a value that does not decode raises
+``Malformed`` naming the field (the server answers 400 with it). A decision travels as its status and
+sentence: the stored record and the card stay in the server.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
-from typing import Any, cast, get_args, get_type_hints
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
 from bot.delivery import DeliveryResult, outcome_from_json, outcome_to_json
 from bot.helpdesk import HandoffCase
 from bot.pending import Decision, DecisionStatus
 from bot.replies import DecisionReply, RefusalReason, Reply
 from bot.types import Inbound, TerminationReason, UserRef
-from retrieval import Passage, RetrievalConfig
+from retrieval import MAX_K, Passage, RetrievalConfig
 
 Json = dict[str, Any]
 
@@ -29,7 +33,7 @@ DECIDE = "/decide"  # confirm or cancel a pending action
 PENDING = "/pending"  # a pending action's stored hash (`policypal decide ID`)
 DELIVER = "/deliver"  # deliver one helpdesk case now, as the terminal waits for it
 TERMINAL_PLATFORM = "console"  # only terminal messages come through the socket: nothing posts to Slack or Teams
-_DELIVERY_STATUSES = get_args(get_type_hints(DeliveryResult)["status"])
+MAX_DELIVERY_WAIT_S = 60.0  # the terminal waits 10 s for a case's delivery; the rest stays queued
 
 
 def socket_path(cfg: RetrievalConfig) -> Path:
@@ -41,81 +45,151 @@ class Malformed(ValueError):
     """A request or an answer that does not have the expected shape; the text names the field."""
 
 
-# --- fields ---------------------------------------------------------------------------------------
+# --- requests (the CLI's, read by the server) --------------------------------------------------------
+
+Text = Annotated[str, StringConstraints(pattern=r"\S")]  # an id or a query: not empty, not only spaces
 
 
-def json_object(value: object, what: str) -> Json:
-    if not isinstance(value, dict):
-        raise Malformed(f"`{what}` must be a JSON object")
-    return value
+def _absolute(path: str) -> str:
+    if not Path(path).is_absolute():
+        raise ValueError("must be an absolute path (the server does not know the command's working directory)")
+    return path
 
 
-def text_field(data: Json, key: str, *, blank: bool = False) -> str:
-    """A string field; ``blank``: an empty one is allowed."""
-    value = data.get(key)
-    if not isinstance(value, str) or (not blank and not value.strip()):
-        raise Malformed(f"`{key}` must be a {'' if blank else 'non-empty '}string")
-    return value
+class _Request(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True)
 
 
-def optional_text(data: Json, key: str) -> str | None:
-    return None if data.get(key) is None else text_field(data, key, blank=True)
+class UserForm(_Request):
+    id: Text
+    name: str = ""
+    email: str | None = None
+    groups: list[str] = []
+    is_guest: bool = False
+
+    def user(self) -> UserRef:
+        return UserRef(self.id, self.name, self.email, tuple(self.groups), self.is_guest)
 
 
-def count_field(data: Json, key: str, *, most: int | None = None) -> int:
-    """A whole number of at least 1 (and at most ``most``); JSON true is not a number here."""
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (most is not None and value > most):
-        raise Malformed(f"`{key}` must be a whole number from 1" + (f" to {most}" if most is not None else ""))
-    return value
+class InboundForm(_Request):
+    """A terminal message: what ``adapters.cli.console.inbound`` sets, and nothing a platform adds."""
+
+    platform: Literal["console"]
+    channel: Text
+    thread: Text
+    text: str
+    event_id: Text
+    user: UserForm
+
+    def inbound(self) -> Inbound:
+        return Inbound(TERMINAL_PLATFORM, self.channel, self.thread, self.user.user(), self.text, self.event_id)
 
 
-def seconds_field(data: Json, key: str, *, most: float) -> float:
-    value = data.get(key)
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= most:
-        raise Malformed(f"`{key}` must be a number of seconds above 0, at most {most:g}")
-    return float(value)
+class SearchRequest(_Request):
+    query: Text
+    k: Annotated[int, Field(ge=1, le=MAX_K)]
+    section: str | None = None
 
 
-def _texts(data: Json, key: str) -> tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise Malformed(f"`{key}` must be a list of strings")
-    return tuple(value)
+class MessageRequest(_Request):
+    inbound: InboundForm
 
 
-# --- who and what was said --------------------------------------------------------------------------
+class DecideRequest(_Request):
+    pending_id: Text
+    user: UserForm
+    decision: Literal["confirm", "cancel"]
+    args_hash: Text
+
+
+class PendingRequest(_Request):
+    pending_id: Text
+
+
+class DeliverRequest(_Request):
+    case_number: Annotated[int, Field(ge=1)]
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_DELIVERY_WAIT_S)]
+
+
+class IndexRequest(_Request):
+    paths: Annotated[list[Annotated[str, AfterValidator(_absolute)]], Field(min_length=1)]
+    remove: bool = False
+
+
+Request = TypeVar("Request", bound=_Request)
+
+
+def read(form: type[Request], body: object) -> Request:
+    """The request ``body`` in ``form``, or ``Malformed`` naming the first field that is wrong."""
+    try:
+        return form.model_validate(body)
+    except ValidationError as exc:
+        raise _malformed(exc) from None
+
+
+def _malformed(exc: ValidationError, whole: str = "the request") -> Malformed:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    said = {
+        "model_type": "must be a JSON object",
+        "model_attributes_type": "must be a JSON object",
+        "dict_type": "must be a JSON object",
+        "string_pattern_mismatch": "must be a non-empty string",
+        "missing": "is missing",
+        "too_short": "must not be empty",
+    }.get(error["type"]) or str(error["msg"]).removeprefix("Value error, ").replace("Input should", "should")
+    return Malformed(f"`{where}` {said}" if where else f"{whole} {said}")
+
+
+# --- who and what was said (the CLI's side of a request) ----------------------------------------------
 
 
 def user_to_json(user: UserRef) -> Json:
     return {**asdict(user), "groups": list(user.groups)}
 
 
-def user_from_json(value: object) -> UserRef:
-    data = json_object(value, "user")
-    email = optional_text(data, "email")
-    if not isinstance(data.get("is_guest", False), bool):
-        raise Malformed("`is_guest` must be true or false")
-    return UserRef(text_field(data, "id"), text_field(data, "name", blank=True), email, _texts(data, "groups"),
-                   bool(data.get("is_guest", False)))
-
-
 def inbound_to_json(inbound: Inbound) -> Json:
-    """A terminal message: what ``adapters.cli.console.inbound`` sets, and nothing a platform adds."""
     return {"platform": inbound.platform, "channel": inbound.channel, "thread": inbound.thread,
             "text": inbound.text, "event_id": inbound.event_id, "user": user_to_json(inbound.user)}
 
 
-def inbound_from_json(value: object) -> Inbound:
-    data = json_object(value, "inbound")
-    if data.get("platform") != TERMINAL_PLATFORM:
-        raise Malformed(f"only terminal messages (`platform`: {TERMINAL_PLATFORM!r}) come through this socket")
-    return Inbound(TERMINAL_PLATFORM, text_field(data, "channel"), text_field(data, "thread"),
-                   user_from_json(data.get("user")), text_field(data, "text", blank=True),
-                   text_field(data, "event_id"))
+# --- what the service answered (the server's side, read by the CLI) ------------------------------------
+
+@functools.cache
+def _adapter(shape: type) -> TypeAdapter[Any]:
+    """Built on first use: a command that only asks never pays for the shapes of a decision or a case."""
+    return TypeAdapter(shape)
 
 
-# --- what the service answered --------------------------------------------------------------------
+def _answer(shape: type, value: object, what: str) -> Any:
+    try:
+        return _adapter(shape).validate_python(value)
+    except ValidationError as exc:
+        raise Malformed(f"{what} that does not decode: {_malformed(exc, 'it')}") from None
+
+
+class _ReplyForm(BaseModel):
+    run_id: Text
+    reason: TerminationReason
+    outcome: Json
+    conversation_key: str
+    steps: int
+    tokens: int
+    cost_usd: float
+    refused: RefusalReason | None = None
+
+
+class _DecisionForm(BaseModel):
+    status: DecisionStatus
+    message: str
+
+
+class _DecidedForm(BaseModel):
+    decision: _DecisionForm
+    result: Json | None = None
+    reply: Json | None = None
+    case: Json | None = None
+    notice: str | None = None
 
 
 def reply_to_json(reply: Reply) -> Json:
@@ -125,17 +199,13 @@ def reply_to_json(reply: Reply) -> Json:
 
 
 def reply_from_json(value: object) -> Reply:
-    data = json_object(value, "reply")
-    refused = data.get("refused")
-    if refused is not None and refused not in get_args(RefusalReason):
-        raise Malformed(f"unknown `refused`: {refused!r}")
+    form: _ReplyForm = _answer(_ReplyForm, value, "a reply")
     try:
-        reason, outcome = TerminationReason(data["reason"]), outcome_from_json(json_object(data["outcome"], "outcome"))
-        steps, tokens, cost = int(data["steps"]), int(data["tokens"]), float(data["cost_usd"])
+        outcome = outcome_from_json(form.outcome)
     except (KeyError, TypeError, ValueError) as exc:
-        raise Malformed(f"a reply that does not decode ({type(exc).__name__}: {exc})") from None
-    return Reply(text_field(data, "run_id"), reason, outcome, text_field(data, "conversation_key", blank=True),
-                 steps, tokens, cost, cast(RefusalReason | None, refused))
+        raise Malformed(f"a reply whose outcome does not decode ({type(exc).__name__}: {exc})") from None
+    return Reply(form.run_id, form.reason, outcome, form.conversation_key, form.steps, form.tokens, form.cost_usd,
+                 form.refused)
 
 
 def decided_to_json(decided: DecisionReply) -> Json:
@@ -150,41 +220,11 @@ def decided_to_json(decided: DecisionReply) -> Json:
 
 
 def decided_from_json(value: object) -> DecisionReply:
-    data = json_object(value, "decided")
-    decision = json_object(data.get("decision"), "decision")
-    status = decision.get("status")
-    if status not in get_args(DecisionStatus):
-        raise Malformed(f"unknown decision status {status!r}")
-    result = None if data.get("result") is None else json_object(data["result"], "result")
-    reply = None if data.get("reply") is None else reply_from_json(data["reply"])
-    case = None if data.get("case") is None else _case_from_json(data["case"])
-    message = text_field(decision, "message", blank=True)
-    verdict = Decision(cast(DecisionStatus, status), None, message)  # the record stays in the server
-    return DecisionReply(verdict, result, reply, case, notice=optional_text(data, "notice"))
-
-
-def _case_from_json(value: object) -> HandoffCase:
-    data = json_object(value, "case")
-    user = json_object(data.get("user"), "user")
-    try:
-        return HandoffCase(
-            case_id=text_field(data, "case_id"),
-            created_at=datetime.fromisoformat(text_field(data, "created_at")),
-            reason=text_field(data, "reason"),
-            user=UserRef(text_field(user, "id"), text_field(user, "name", blank=True), optional_text(user, "email")),
-            platform=text_field(data, "platform", blank=True),
-            channel=text_field(data, "channel", blank=True),
-            thread=text_field(data, "thread", blank=True),
-            link=optional_text(data, "link"),
-            question=text_field(data, "question", blank=True),
-            transcript=json_object(data.get("transcript", {}), "transcript"),
-            conversation_key=text_field(data, "conversation_key", blank=True),
-            tenant=text_field(data, "tenant", blank=True),
-            run_id=optional_text(data, "run_id"),
-            reply_within=text_field(data, "reply_within"),
-        )
-    except ValueError as exc:  # a created_at that is no date
-        raise Malformed(f"a case that does not decode ({exc})") from None
+    form: _DecidedForm = _answer(_DecidedForm, value, "a decision")
+    reply = None if form.reply is None else reply_from_json(form.reply)
+    case = None if form.case is None else _answer(HandoffCase, form.case, "a case")
+    verdict = Decision(form.decision.status, None, form.decision.message)  # the record stays in the server
+    return DecisionReply(verdict, form.result, reply, case, notice=form.notice)
 
 
 def passage_to_json(passage: Passage) -> Json:
@@ -193,14 +233,8 @@ def passage_to_json(passage: Passage) -> Json:
 
 
 def passage_from_json(value: object) -> Passage:
-    data = json_object(value, "passage")
-    score = data.get("score")
-    if not isinstance(score, int | float) or isinstance(score, bool):
-        raise Malformed("`score` must be a number")
-    return Passage(float(score), text_field(data, "doc_id"), text_field(data, "title", blank=True),
-                   text_field(data, "heading", blank=True), text_field(data, "source", blank=True),
-                   text_field(data, "text", blank=True), optional_text(data, "section"), _texts(data, "audience"),
-                   optional_text(data, "classification"))
+    passage: Passage = _answer(Passage, value, "a passage")
+    return passage
 
 
 def delivery_to_json(result: DeliveryResult) -> Json:
@@ -208,9 +242,5 @@ def delivery_to_json(result: DeliveryResult) -> Json:
 
 
 def delivery_from_json(value: object) -> DeliveryResult:
-    data = json_object(value, "delivery")
-    status = data.get("status")
-    if status not in _DELIVERY_STATUSES:
-        raise Malformed(f"unknown delivery status {status!r}")
-    return DeliveryResult(text_field(data, "label"), text_field(data, "destination", blank=True), cast(Any, status),
-                          text_field(data, "detail", blank=True))
+    result: DeliveryResult = _answer(DeliveryResult, value, "a delivery")
+    return result

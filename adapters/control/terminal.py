@@ -10,19 +10,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import cast
 
 from adapters.control import protocol as wire
 from adapters.control.listener import Action, Refused
-from adapters.control.protocol import Json, Malformed
+from adapters.control.protocol import Json
 from bot.index import OwnedIndex
-from bot.service import Choice, PolicyPal
-from retrieval import MAX_K, SearchFilter
+from bot.service import PolicyPal
+from retrieval import SearchFilter
 
 log = logging.getLogger(__name__)
-
-MAX_DELIVERY_WAIT_S = 60.0  # the terminal waits 10 s for a case's delivery; the rest stays queued
-
 
 def terminal_actions(
     service: PolicyPal, searcher: OwnedIndex, draining: Callable[[], bool]
@@ -43,35 +39,27 @@ def terminal_actions(
         return {"pid": os.getpid()}
 
     async def search(body: Json) -> Json:
-        section = wire.optional_text(body, "section")
-        passages = await searcher.asearch(
-            wire.text_field(body, "query"),
-            wire.count_field(body, "k", most=MAX_K),
-            SearchFilter(section=section) if section else None,  # no audience: as `policypal search` alone
-        )
+        asked = wire.read(wire.SearchRequest, body)
+        filter = SearchFilter(section=asked.section) if asked.section else None  # no audience: as `search` alone
+        passages = await searcher.asearch(asked.query, asked.k, filter)
         return {"passages": [wire.passage_to_json(p) for p in passages]}
 
     async def message(body: Json) -> Json:
-        reply = await service.handle_message(wire.inbound_from_json(body.get("inbound")))
+        reply = await service.handle_message(wire.read(wire.MessageRequest, body).inbound.inbound())
         return {"reply": wire.reply_to_json(reply) if reply is not None else None}
 
     async def decide(body: Json) -> Json:
-        decided = await service.decide(
-            wire.text_field(body, "pending_id"),
-            wire.user_from_json(body.get("user")),
-            _choice(body),
-            wire.text_field(body, "args_hash"),
-        )
+        asked = wire.read(wire.DecideRequest, body)
+        decided = await service.decide(asked.pending_id, asked.user.user(), asked.decision, asked.args_hash)
         return {"decided": wire.decided_to_json(decided)}
 
     async def pending(body: Json) -> Json:
-        record = await service.pending.get(wire.text_field(body, "pending_id"))
+        record = await service.pending.get(wire.read(wire.PendingRequest, body).pending_id)
         return {"pending": {"id": record.id, "args_hash": record.args_hash} if record is not None else None}
 
     async def deliver(body: Json) -> Json:
-        number = wire.count_field(body, "case_number")
-        waited = wire.seconds_field(body, "timeout_s", most=MAX_DELIVERY_WAIT_S)
-        results = await service.outbox.run_once(number, timeout_s=waited)
+        asked = wire.read(wire.DeliverRequest, body)
+        results = await service.outbox.run_once(asked.case_number, timeout_s=asked.timeout_s)
         return {"results": [wire.delivery_to_json(result) for result in results]}
 
     routes: dict[str, tuple[Action, str | None]] = {
@@ -84,9 +72,3 @@ def terminal_actions(
     }
     return {route: open_for(action, what) for route, (action, what) in routes.items()}
 
-
-def _choice(body: Json) -> Choice:
-    decision = body.get("decision")
-    if decision not in ("confirm", "cancel"):
-        raise Malformed('`decision` must be "confirm" or "cancel"')
-    return cast(Choice, decision)

@@ -120,12 +120,16 @@ async def test_bad_requests_get_a_clear_error(server):
     settings = server.settings
     connector = aiohttp.UnixConnector(path=str(socket_path(settings.retrieval())))
     async with aiohttp.ClientSession(connector=connector) as session:
-        for body in ({"paths": "relative/dir"}, {"paths": ["relative/dir"]}, {"nothing": 1}):
+        relative = "`paths.0` must be an absolute path (the server does not know the command's working directory)"
+        for body, said in (
+            ({"paths": "relative/dir"}, "`paths` should be a valid list"),
+            ({"paths": ["relative/dir"]}, relative),
+            ({"paths": []}, "`paths` must not be empty"),
+            ({"nothing": 1}, "`paths` is missing"),
+            ({"paths": ["/x"], "remove": "yes"}, "`remove` should be a valid boolean"),
+        ):
             async with session.post(f"http://localhost{INDEX}", json=body) as response:
-                assert response.status == 400
-                assert (await response.json())["error"] == 'send {"paths": [absolute paths], "remove": false}'
-        async with session.post(f"http://localhost{INDEX}", json={"paths": ["/x"], "remove": "yes"}) as response:
-            assert response.status == 400 and (await response.json())["error"] == "`remove` must be true or false"
+                assert (response.status, (await response.json())["error"]) == (400, said), body
 
 
 async def test_a_socket_left_by_a_killed_server_is_ignored_and_the_cli_indexes_itself(tmp_path, fake_openai):

@@ -219,17 +219,18 @@ async def test_bad_terminal_requests_get_a_clear_error_and_start_no_run(copied_s
     inbound = {"platform": "console", "channel": "terminal", "thread": "t1", "text": "hi", "event_id": "e1",
                "user": user}
     bad = [
-        (control.MESSAGE, {"inbound": {**inbound, "platform": "slack"}},
-         "only terminal messages (`platform`: 'console') come through this socket"),
+        (control.MESSAGE, {"inbound": {**inbound, "platform": "slack"}}, "`inbound.platform` should be 'console'"),
         (control.MESSAGE, {"inbound": "hi"}, "`inbound` must be a JSON object"),
         (control.MESSAGE, {"inbound": {**inbound, "user": {**user, "groups": "hr"}}},
-         "`groups` must be a list of strings"),
+         "`inbound.user.groups` should be a valid list"),
+        (control.MESSAGE, {"inbound": {**inbound, "event_id": " "}}, "`inbound.event_id` must be a non-empty string"),
         (control.DECIDE, {"pending_id": "p1", "user": user, "decision": "maybe", "args_hash": "h"},
-         '`decision` must be "confirm" or "cancel"'),
-        (control.SEARCH, {"query": "leave", "k": 0}, f"`k` must be a whole number from 1 to {MAX_K}"),
+         "`decision` should be 'confirm' or 'cancel'"),
+        (control.SEARCH, {"query": "leave", "k": 0}, "`k` should be greater than or equal to 1"),
+        (control.SEARCH, {"query": "leave", "k": MAX_K + 1}, f"`k` should be less than or equal to {MAX_K}"),
+        (control.SEARCH, {"query": "leave", "k": True}, "`k` should be a valid integer"),  # JSON true is no count
         (control.SEARCH, {"query": " ", "k": 3}, "`query` must be a non-empty string"),
-        (control.DELIVER, {"case_number": 1, "timeout_s": 3600},
-         "`timeout_s` must be a number of seconds above 0, at most 60"),
+        (control.DELIVER, {"case_number": 1, "timeout_s": 3600}, "`timeout_s` should be less than or equal to 60"),
         (control.PENDING, [1, 2], "the request is not a JSON object"),
     ]
     connector = aiohttp.UnixConnector(path=str(socket_path(copied_server.settings.retrieval())))
