@@ -75,6 +75,11 @@ class OpenAIChatModel:
 
         return DeadlineAwareClient(api_key=self._api_key, base_url=self._base_url, max_retries=self._max_retries)
 
+    async def warm(self) -> None:
+        """Make the client now, in a thread (a server at start): the first question need not import the SDK."""
+        if "_client" not in vars(self):
+            await asyncio.to_thread(lambda: self._client)
+
     async def complete(
         self,
         messages: Sequence[Message],
@@ -85,8 +90,7 @@ class OpenAIChatModel:
     ) -> ModelReply:
         """One completion; ``timeout`` bounds the whole call, the SDK's retries included."""
         request = self._request(messages, tools, max_tokens)
-        if "_client" not in vars(self):  # the first call imports the SDK in a thread: the event loop goes on acking
-            await asyncio.to_thread(lambda: self._client)
+        await self.warm()  # the first call imports the SDK in a thread: the event loop goes on acking
         from bot.models import sdk
 
         ends = sdk.CALL_ENDS.set(time.monotonic() + timeout)
