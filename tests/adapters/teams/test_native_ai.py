@@ -214,36 +214,34 @@ async def test_cites_become_numbered_markers_and_each_part_carries_the_citations
     assert marks[0] == [1] and marks[-1] == [2]
 
 
-async def test_a_final_message_whose_answer_was_lost_is_not_posted_again(teams: Teams):
-    """Teams took the stream's final but the connection dropped before it said so: the outbox's retry ends the
-    same stream, Teams answers that it is already ended, and the answer is not posted a second time."""
+async def the_one_streamed_answer(teams: Teams) -> tuple[Any, Recorded]:
+    """Ask in a personal chat (the outbox retrying soon) once the channel is set to misbehave; the delivered
+    row, and the one message the chat shows, which must be the end of the stream the answer was written into."""
     teams.service.outbox.post_policy = replace(teams.service.outbox.post_policy, backoff_s=0.05)
     teams.model.script(
         tool_calls(("search_policies", {"query": "annual leave days"})), long_answer_citing_first_passage()
     )
-    teams.channel.lose_answer_next()
     activity = teams.channel.personal_message("How many vacation days do I get?")
     await teams.post(activity)
     (row,) = await teams.delivered(conversation_key_of(activity))
     await teams.settle()
     (answer,) = teams.channel.messages()
     assert (stream_info(answer) or {}).get("streamType") == "final" and answer.text.startswith("You get 25 days")
+    return row, answer
+
+
+async def test_a_final_message_whose_answer_was_lost_is_not_posted_again(teams: Teams):
+    """Teams took the stream's final but the connection dropped before it said so: the outbox's retry ends the
+    same stream, Teams answers that it is already ended, and the answer is not posted a second time."""
+    teams.channel.lose_answer_next()
+    row, _answer = await the_one_streamed_answer(teams)
     assert row.attempts == 2 and [(r.status, r.streamed) for r in teams.channel.refusals] == [(403, True)]
 
 
 async def test_a_final_message_refused_for_now_ends_the_same_stream_on_the_outboxs_retry(teams: Teams):
     """A busy channel refuses the final longer than one attempt retries: the outbox's next attempt ends the
     stream the answer was written into, rather than posting the answer beside it as a plain message."""
-    teams.service.outbox.post_policy = replace(teams.service.outbox.post_policy, backoff_s=0.05)
-    teams.model.script(
-        tool_calls(("search_policies", {"query": "annual leave days"})), long_answer_citing_first_passage()
-    )
     refusals = SEND_RETRY.attempts + 1
     teams.channel.refuse_next(503, times=refusals, retry_after="0")
-    activity = teams.channel.personal_message("How many vacation days do I get?")
-    await teams.post(activity)
-    (row,) = await teams.delivered(conversation_key_of(activity))
-    await teams.settle()
-    (answer,) = teams.channel.messages()
-    assert (stream_info(answer) or {}).get("streamType") == "final" and answer.text.startswith("You get 25 days")
+    row, _answer = await the_one_streamed_answer(teams)
     assert row.attempts == 2 and [r.streamed for r in teams.channel.refusals] == [True] * refusals

@@ -173,17 +173,24 @@ async def test_a_run_that_waited_longer_than_its_deadline_still_gets_its_whole_d
     assert reply.reason is TerminationReason.ANSWERED and reply.outcome.text == "Worth the wait."
 
 
+async def bob_queued_behind_alice(svc: PolicyPal, fake_openai: Any) -> list[tuple[Any, Reply | None]]:
+    """One slot: Alice's message runs (its model call held by the script), Bob's waits in line for the slot.
+    Returns the inbox's answers as they come."""
+    answered = answer_messages(svc)
+    slots = RunSlots(1, wait_s=3600)
+    svc.admission = Admission(UserRateLimit(svc.store, 0), slots)
+    assert await deliver(svc, Inbound("console", "terminal", "a", ALICE, "a slow one", event_id="q1"))
+    await eventually(lambda: fake_openai.requests)
+    assert await deliver(svc, Inbound("console", "terminal", "b", BOB, "me too", event_id="q2"))
+    await eventually(lambda: slots.queued == 1)
+    return answered
+
+
 async def test_a_queued_message_is_never_taken_for_abandoned_however_long_it_waits(tmp_path, fake_openai):
     released = asyncio.Event()
     fake_openai.script(held(released, text("Slow answer.")), text("Bob's answer."))
     async with service(tmp_path, fake_openai, NoPassages()) as svc:
-        answered = answer_messages(svc)
-        slots = RunSlots(1, wait_s=3600)
-        svc.admission = Admission(UserRateLimit(svc.store, 0), slots)
-        assert await deliver(svc, Inbound("console", "terminal", "a", ALICE, "a slow one", event_id="q1"))
-        await eventually(lambda: fake_openai.requests)
-        assert await deliver(svc, Inbound("console", "terminal", "b", BOB, "me too", event_id="q2"))
-        await eventually(lambda: slots.queued == 1)
+        answered = await bob_queued_behind_alice(svc, fake_openai)
         an_hour_on = await Sweeper(svc, clock=lambda: utcnow() + timedelta(hours=1)).sweep_once()
         released.set()
         await eventually(lambda: len(answered) == 2)
@@ -219,13 +226,7 @@ async def test_a_message_still_queued_when_the_shutdown_grace_ends_is_left_for_t
     fake_openai.script(held(released, text("Slow answer.")), text("Bob's answer."))
     since = datetime.now(UTC) - timedelta(minutes=1)
     async with service(tmp_path, fake_openai, NoPassages()) as svc:
-        answered = answer_messages(svc)
-        slots = RunSlots(1, wait_s=3600)
-        svc.admission = Admission(UserRateLimit(svc.store, 0), slots)
-        assert await deliver(svc, Inbound("console", "terminal", "a", ALICE, "a slow one", event_id="q1"))
-        await eventually(lambda: fake_openai.requests)
-        assert await deliver(svc, Inbound("console", "terminal", "b", BOB, "me too", event_id="q2"))
-        await eventually(lambda: slots.queued == 1)
+        answered = await bob_queued_behind_alice(svc, fake_openai)
         cancelled = await svc.inflight.drain(0.05)
         await svc.inbox.drain(5)
         (left,) = await svc.store.inbox.unanswered(since)
