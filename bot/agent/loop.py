@@ -101,10 +101,11 @@ async def run_agent(
     """Drive one run to its end; a pending write stops it with the write frozen in the result.
 
     ``decided``: the run continues after a Confirm or Cancel click. If its budgets leave no model
-    call at all (say the write was proposed on the last step), or that first call fails, the reply
-    is written from the call's result (the ticket and its link, the cancel, or the error) and the run
-    ends ``answered``: the budgets are not stretched by one call, and a ticket that was created is not
-    reported as a give-up with a helpdesk case. An "answer" step in the trace records what stopped it.
+    call at all (say the write was proposed on the last step), or that first call fails or brings no
+    answer (cut off at the tokens left, withheld, empty), the reply is written from the call's result
+    (the ticket and its link, the cancel, or the error) and the run ends ``answered``: the budgets are
+    not stretched by one call, and a ticket that was created is not reported as a give-up with a
+    helpdesk case. An "answer" step in the trace records what stopped it.
     """
     trace = RunTrace(state.run_id)
     if decided is not None:
@@ -126,10 +127,10 @@ async def _loop(
     tools = deps.tools.schemas(state.reading_groups)
     meter, tool_tokens = HistoryMeter(), estimate_tokens([], tools)
     while True:
-        if cancel is not None and cancel.is_set():
+        if meter.tokens(state.messages) >= deps.settings.compact_at_tokens and not _stopped(cancel):
+            await _compact(deps, state, budget, trace, cancel)
+        if _stopped(cancel):
             return _give_up(state, trace, TerminationReason.CANCELLED, CANCELLED_MESSAGE)
-        if meter.tokens(state.messages) >= deps.settings.compact_at_tokens:
-            await _compact(deps, state, budget, trace)
         first_after_decision = decided is not None and trace.model_steps == 0
         allowance = budget.check(meter.tokens(state.messages) + tool_tokens, deps.settings.max_output_tokens)
         if isinstance(allowance, TerminationReason):
@@ -140,13 +141,17 @@ async def _loop(
             if first_after_decision and decided is not None and reply is not TerminationReason.CANCELLED:
                 return _answer_from_result(state, trace, decided, reply)  # the ticket exists: say so
             return _give_up(state, trace, reply)
+        if first_after_decision and decided is not None and (no_answer := _no_answer(reply)) is not None:
+            return _answer_from_result(state, trace, decided, no_answer)  # the ticket exists: say so
         state.messages.append(reply.as_message())
         if not reply.tool_calls:
             return _final(state, trace, reply, after_decision=decided is not None)
         await tell(deps.progress, activity(reply.tool_calls, deps.tools))
         turn = await run_turn(
-            reply.tool_calls, deps.tools, state, deps.settings.turn, trace, max(budget.time_left(), 0.05)
+            reply.tool_calls, deps.tools, state, deps.settings.turn, trace, max(budget.time_left(), 0.05), cancel
         )
+        if _stopped(cancel):  # stopped while the tools ran: nothing more is proposed or asked
+            return _give_up(state, trace, TerminationReason.CANCELLED, CANCELLED_MESSAGE)
         if turn.pending is not None:
             state.pending_turn = PendingTurn(call_id=turn.pending.call.id, results=turn.results)
             return _finish(state, trace, TerminationReason.PENDING_CONFIRMATION, turn.pending)
@@ -202,6 +207,10 @@ def _model_failed(trace: RunTrace, watch: Stopwatch, error: str, budget: Budget)
     return TerminationReason.MODEL_ERROR
 
 
+def _stopped(cancel: asyncio.Event | None) -> bool:
+    return cancel is not None and cancel.is_set()
+
+
 async def _unless_cancelled(
     call: Awaitable[ModelReply], cancel: asyncio.Event | None, timeout_s: float
 ) -> ModelReply | None:
@@ -223,8 +232,13 @@ async def _unless_cancelled(
     raise TimeoutError
 
 
-async def _compact(deps: AgentDeps, state: RunState, budget: Budget, trace: RunTrace) -> None:
-    """Fold the middle of the history into one bridge message (see bot.agent.compaction for what stays)."""
+async def _compact(
+    deps: AgentDeps, state: RunState, budget: Budget, trace: RunTrace, cancel: asyncio.Event | None
+) -> None:
+    """Fold the middle of the history into one bridge message (see bot.agent.compaction for what stays).
+
+    A cancel stops the summary call at once and leaves the history as it was.
+    """
     plan = plan_compaction(state.messages, state.question_index, deps.settings.keep_turns)
     if plan is None:
         return
@@ -232,12 +246,14 @@ async def _compact(deps: AgentDeps, state: RunState, budget: Budget, trace: RunT
     if isinstance(allowance, TerminationReason):
         return  # no room to summarise; the next budget check ends the run honestly
     watch = Stopwatch()
+    call = summarise(deps.model, plan.middle, max_tokens=allowance.max_output_tokens, timeout=allowance.timeout_s)
     try:
-        reply = await summarise(
-            deps.model, plan.middle, max_tokens=allowance.max_output_tokens, timeout=allowance.timeout_s
-        )
-    except ModelError as exc:
-        trace.add(Step("compaction", deps.model.name, latency_ms=watch.ms(), error=str(exc)))
+        reply = await _unless_cancelled(call, cancel, allowance.timeout_s)
+    except (TimeoutError, ModelError) as exc:
+        trace.add(Step("compaction", deps.model.name, latency_ms=watch.ms(), error=str(exc) or "timeout"))
+        return
+    if reply is None:
+        trace.add(Step("compaction", deps.model.name, latency_ms=watch.ms(), error="cancelled"))
         return
     cost = budget.record(reply.usage, counts_as_step=False)
     if not (reply.text or "").strip():  # a reasoning model can spend its whole cap before writing a word
@@ -255,15 +271,22 @@ def _tool_messages(reply: ModelReply, results: dict[str, str]) -> list[Message]:
 
 
 def _final(state: RunState, trace: RunTrace, reply: ModelReply, *, after_decision: bool = False) -> RunResult:
+    if (no_answer := _no_answer(reply)) is not None:
+        return _give_up(state, trace, no_answer)
     text = (reply.text or "").strip()
-    if reply.finish_reason == "length":
-        return _give_up(state, trace, TerminationReason.TOKEN_BUDGET)  # a cut-off answer is a guess
-    if reply.finish_reason == "content_filter":
-        return _give_up(state, trace, TerminationReason.MODEL_ERROR)  # the provider withheld or cut the text
-    if not text:
-        return _give_up(state, trace, TerminationReason.MODEL_ERROR)
     citations = cited_in(text, state.sources)
     return _finish(state, trace, _answer_reason(state, text, citations, after_decision), Answer(text, citations))
+
+
+def _no_answer(reply: ModelReply) -> TerminationReason | None:
+    """Why a reply without tool calls is no answer to give, or None when it is one."""
+    if reply.tool_calls:
+        return None
+    if reply.finish_reason == "length":
+        return TerminationReason.TOKEN_BUDGET  # a cut-off answer is a guess
+    if reply.finish_reason == "content_filter" or not (reply.text or "").strip():
+        return TerminationReason.MODEL_ERROR  # the provider withheld or cut the text, or there was none
+    return None
 
 
 def _answer_reason(

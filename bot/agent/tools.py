@@ -109,7 +109,7 @@ class ToolRegistry:
         """Resolve the tool and decode its arguments, refusing what the model should correct."""
         tool = self.get(name)
         try:
-            arguments = json.loads(raw_arguments or "{}")
+            arguments = _loads(raw_arguments or "{}")
         except json.JSONDecodeError as exc:
             raise ToolRefusal(f"Arguments for {name} are not valid JSON ({exc.msg} at char {exc.pos}).") from None
         except (RecursionError, ValueError):  # nesting past the parser's limit, a number too long to convert
@@ -141,13 +141,19 @@ class ToolRegistry:
             )
 
 
+def _loads(text: str) -> Any:
+    """JSON that may hold a literal newline or tab inside a string, as some compatible endpoints send
+    (Gemini's among them): what the model meant is plain, and refusing would only bring the same call back."""
+    return json.loads(text, strict=False)
+
+
 def _unwrap(text: str) -> Any:
     """Arguments some compatible servers encode twice (a JSON string holding the JSON object), decoded.
 
     The model did nothing wrong there, so refusing would only make it resend the same call.
     """
     try:
-        return json.loads(text)
+        return _loads(text)
     except (RecursionError, ValueError):  # JSONDecodeError is a ValueError
         return text
 

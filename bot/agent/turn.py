@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,7 @@ async def run_turn(
     limits: TurnLimits,
     trace: RunTrace,
     timeout_s: float,
+    cancel: asyncio.Event | None = None,
 ) -> TurnResult:
     turn = TurnResult()
     ready: list[_Ready] = []
@@ -102,30 +103,49 @@ async def run_turn(
         user=state.user, run_id=state.run_id, conversation_key=state.conversation_key, groups=state.reading_groups
     )
     runs = [_execute(r, step, context, state, limits) for r, step in zip(ready, steps, strict=True)]
-    contents = await _all_within(runs, steps, ready, timeout_s)
+    contents = await _all_within(runs, steps, ready, timeout_s, cancel)
     for item, content in zip(ready, contents, strict=True):
         turn.results[item.call.id] = content
     return turn
 
 
 async def _all_within(
-    runs: list[Coroutine[Any, Any, str]], steps: list[Step], ready: list[_Ready], timeout_s: float
+    runs: list[Coroutine[Any, Any, str]],
+    steps: list[Step],
+    ready: list[_Ready],
+    timeout_s: float,
+    cancel: asyncio.Event | None,
 ) -> list[str]:
-    """Run the calls concurrently under one deadline; a call still running then becomes an observation."""
+    """Run the calls concurrently under one deadline; a call still running then, or when the run is
+    cancelled, is cut off and becomes an observation."""
     if not runs:
         return []
     tasks = [asyncio.ensure_future(run) for run in runs]
-    done, late = await asyncio.wait(tasks, timeout=timeout_s)
-    for task in late:
-        task.cancel()
+    await _until_done_or_cancelled(tasks, timeout_s, cancel)
+    cancelled = cancel is not None and cancel.is_set()
     contents = []
     for task, step, item in zip(tasks, steps, ready, strict=True):
-        if task in done:
+        if task.done():
             contents.append(task.result())
         else:
-            step.error = "timeout"
-            contents.append(_error(f"{item.tool.name} did not finish in time."))
+            task.cancel()
+            step.error = "cancelled" if cancelled else "timeout"
+            contents.append(_error(f"{item.tool.name} {'was stopped' if cancelled else 'did not finish in time'}."))
     return contents
+
+
+async def _until_done_or_cancelled(
+    tasks: Sequence[asyncio.Future[str]], timeout_s: float, cancel: asyncio.Event | None
+) -> None:
+    """Wait for every task, but no longer than ``timeout_s`` and not past the run's cancel (a Stop, a shutdown)."""
+    waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(asyncio.wait(tasks))}
+    if cancel is not None:
+        waits.add(asyncio.ensure_future(cancel.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()  # cancelling the wait over the tasks leaves the tasks themselves running
 
 
 def _admit(

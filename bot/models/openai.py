@@ -248,11 +248,18 @@ def _usage(
     text: str | None,
     calls: tuple[ToolCall, ...],
 ) -> Usage:
-    """Reported usage, or an estimate: budgets must not read a missing or garbled count as a free call."""
+    """Reported usage, or an estimate: budgets must not read a missing or garbled count as a free call.
+
+    A request always has input, so a prompt count of 0 is a count the server skipped (Ollama reports 0
+    for a prompt it had cached, which is every turn of a run after the first): that input is estimated.
+    """
     prompt, completion = _count(_get(usage, "prompt_tokens")), _count(_get(usage, "completion_tokens"))
-    if prompt is not None and completion is not None and (prompt or completion):
+    if prompt and completion is not None:
         return Usage(input_tokens=prompt, output_tokens=completion)
-    return estimate_usage(messages, tools, text, calls)
+    estimate = estimate_usage(messages, tools, text, calls)
+    if prompt == 0 and completion:
+        return Usage(input_tokens=estimate.input_tokens, output_tokens=completion)
+    return estimate
 
 
 def _count(value: object) -> int | None:

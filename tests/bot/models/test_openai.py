@@ -178,6 +178,15 @@ async def test_missing_usage_is_estimated_not_zero(fake: FakeOpenAI) -> None:
     assert reply.usage.output_tokens >= len("An answer from a server that reports no usage.") // 4
 
 
+async def test_a_prompt_reported_as_zero_tokens_is_estimated_and_the_output_count_kept(fake: FakeOpenAI) -> None:
+    fake.script(text("Keep every receipt.", usage=(0, 6)))  # Ollama, when it had the prompt cached (ollama#5370)
+
+    reply = await complete(model_for(fake))
+
+    assert reply.usage.input_tokens > 10  # the system prompt, the question and the tool schema
+    assert reply.usage.output_tokens == 6
+
+
 async def test_garbage_body_becomes_model_error(fake: FakeOpenAI) -> None:
     fake.script(raw(502, "<html>Bad gateway</html>", headers={"x-should-retry": "false"}))
 
