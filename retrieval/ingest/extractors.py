@@ -11,7 +11,11 @@ import re
 from dataclasses import dataclass
 
 import docx
+from docx.blkcntnr import BlockItemContainer
 from docx.document import Document as DocxDocument
+from docx.oxml.ns import nsmap, qn
+from docx.oxml.text.run import CT_R
+from docx.oxml.xmlchemy import BaseOxmlElement
 from docx.section import Section, _Footer, _Header
 from docx.table import Table, _Cell, _Row
 from docx.text.paragraph import Paragraph
@@ -31,6 +35,10 @@ _NUMBERED = re.compile(r"^(\d{1,2}(?:\.\d{1,2})*)\.?\s+(\S.*)$")
 _PAGE_NUMBERS = re.compile(r"\d+")
 _SENTENCE_END = (".", "!", "?", ":", ";")
 _MINOR_WORDS = frozenset({"a", "an", "and", "as", "at", "by", "for", "in", "of", "on", "or", "the", "to", "with"})
+# Runs Word shows, wherever they sit in the paragraph (a tracked insertion, a content control, a field
+# result); deleted or moved-away text and text boxes (anchored elsewhere, often twice) stay out.
+_SHOWN_RUNS = ".//w:r[not(ancestor::w:del or ancestor::w:moveFrom or ancestor::w:txbxContent)]"
+_TABLE_OF_CONTENTS = "./w:sdtPr/w:docPartObj/w:docPartGallery[@w:val='Table of Contents']"
 
 
 def pdf_to_markdown(data: bytes) -> Extracted:
@@ -49,8 +57,18 @@ def pdf_to_markdown(data: bytes) -> Extracted:
         raise ExtractError(f"unreadable PDF: {exc}") from exc
     if not any(text.strip() for text in pages):
         raise ExtractError("no extractable text (a scanned PDF needs OCR first)")
-    markdown = "\n\n".join(_pdf_page(text) for text in _without_running_lines(pages))
+    shown = [text for text in pages if text.strip()]  # a blank page holds no running lines to compare
+    markdown = "\n\n".join(_pdf_page(text) for text in _after_cover_page(shown))
     return Extracted(re.sub(r"^## ", "# ", markdown.lstrip(), count=1), _clean_title(title))
+
+
+def _after_cover_page(pages: list[str]) -> list[str]:
+    """Pages without running lines; a cover page that lacks them is left out of the comparison.
+
+    Compared with a cover too, no line is on every page, and each page's header read as a heading.
+    """
+    whole, rest = _without_running_lines(pages), pages[:1] + _without_running_lines(pages[1:])
+    return rest if len(pages) > 2 and len("".join(rest)) < len("".join(whole)) else whole
 
 
 def _without_running_lines(pages: list[str]) -> list[str]:
@@ -146,7 +164,7 @@ def docx_to_markdown(data: bytes) -> Extracted:
         raise ExtractError("not a DOCX (not a zip archive)")
     try:
         document = docx.Document(io.BytesIO(data))
-        items = list(document.iter_inner_content())
+        items = _inner_content(document._body)
         shift = 1 if any(_style(item) == "Title" for item in items) else 0  # Heading 1 sits under a Title
         blocks = [_docx_block(item, shift) for item in items]
         headers, footers = _running_texts(document, "header"), _running_texts(document, "footer")
@@ -183,12 +201,38 @@ def _shown_parts(document: DocxDocument, section: Section, kind: str) -> list[_H
 def _running_lines(part: _Header | _Footer) -> list[str]:
     """A header's paragraphs, and its tables' rows as "a, b" lines (a logo | title | version table)."""
     lines = []
-    for item in part.iter_inner_content():
+    for item in _inner_content(part):
         if isinstance(item, Table):
             lines += [", ".join(filter(None, _row_texts(row))) for row in item.rows]
         else:
-            lines.append(" ".join(item.text.split()))
+            lines.append(" ".join(_paragraph_text(item).split()))
     return [line for line in lines if line]
+
+
+def _inner_content(container: BlockItemContainer) -> list[Paragraph | Table]:
+    """Paragraphs and tables in order, those inside content controls too (``iter_inner_content`` skips them)."""
+    return [
+        Paragraph(element, container) if element.tag == qn("w:p") else Table(element, container)
+        for element in _block_elements(container._element)
+    ]
+
+
+def _block_elements(parent: BaseOxmlElement) -> list[BaseOxmlElement]:
+    """``w:p`` and ``w:tbl`` children, unwrapping ``w:sdt``; a table of contents only repeats the headings."""
+    elements: list[BaseOxmlElement] = []
+    for child in parent.iterchildren(qn("w:p"), qn("w:tbl"), qn("w:sdt")):
+        if child.tag != qn("w:sdt"):
+            elements.append(child)
+        elif not child.xpath(_TABLE_OF_CONTENTS, namespaces=nsmap):  # sdt has no python-docx class
+            for content in child.iterchildren(qn("w:sdtContent")):
+                elements += _block_elements(content)
+    return elements
+
+
+def _paragraph_text(paragraph: Paragraph) -> str:
+    """The text Word shows; ``paragraph.text`` reads only direct runs and links, dropping inserted or filled-in text."""
+    runs: list[CT_R] = paragraph._p.xpath(_SHOWN_RUNS)
+    return "".join(run.text for run in runs)
 
 
 def _style(item: Paragraph | Table) -> str:
@@ -198,7 +242,7 @@ def _style(item: Paragraph | Table) -> str:
 def _docx_block(item: Paragraph | Table, shift: int) -> str:
     if isinstance(item, Table):
         return _docx_table(item)
-    text, style = item.text.strip(), _style(item)
+    text, style = _paragraph_text(item).strip(), _style(item)
     if not text:
         return ""
     if style == "Title":
@@ -247,11 +291,11 @@ def _row_texts(row: _Row) -> list[str]:
 def _cell_text(cell: _Cell) -> str:
     """A cell's paragraphs and nested tables on one line; ``cell.text`` leaves nested tables out."""
     parts = []
-    for item in cell.iter_inner_content():
+    for item in _inner_content(cell):
         if isinstance(item, Table):
             parts.append("; ".join(", ".join(filter(None, _row_texts(row))) for row in item.rows))
         else:
-            parts.append(item.text)
+            parts.append(_paragraph_text(item))
     return " ".join(" ".join(parts).split())
 
 

@@ -209,20 +209,33 @@ def _link_text(tag: Tag, inner: str) -> str:
 
 
 def _list_lines(tag: Tag, depth: int) -> list[str]:
+    """One line per item; a list nested without an ``<li>`` around it, or stray text, is kept too.
+
+    Editors write ``<ul><li>a</li><ul><li>b</li></ul></ul>``; reading only ``<li>`` children lost ``b``.
+    """
     lines: list[str] = []
     number = 1
-    for item in tag.find_all("li", recursive=False):
-        nested = [child for child in item.find_all(list(_LISTS)) if child.find_parent("li") is item]
-        for sub in nested:
-            sub.extract()
-        marker = f"{number}." if tag.name == "ol" else "-"
-        text = _inline_text(item)
-        if text:
-            lines.append(f"{'  ' * depth}{marker} {text}")
-            number += 1
-        for sub in nested:
-            lines.extend(_list_lines(sub, depth + 1))
+    for child in tag.children:
+        if isinstance(child, Tag) and child.name in _LISTS:
+            lines.extend(_list_lines(child, depth + 1))
+        elif isinstance(child, Tag) and child.name == "li":
+            text, nested = _item_parts(child, depth)
+            if text:
+                marker = f"{number}." if tag.name == "ol" else "-"
+                lines.append(f"{'  ' * depth}{marker} {text}")
+                number += 1
+            lines.extend(nested)
+        elif text := _clean(_inline(child)):
+            lines.append(f"{'  ' * depth}- {text}")
     return lines
+
+
+def _item_parts(item: Tag, depth: int) -> tuple[str, list[str]]:
+    """An ``<li>``'s own text, and the lines of the lists nested inside it."""
+    nested = [child for child in item.find_all(list(_LISTS)) if child.find_parent("li") is item]
+    for sub in nested:
+        sub.extract()
+    return _inline_text(item), [line for sub in nested for line in _list_lines(sub, depth + 1)]
 
 
 def _table_to_markdown(table: Tag) -> str:

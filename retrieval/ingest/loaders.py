@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import tomllib
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,11 @@ _FORMATS = {
     ".pdf": "pdf",
     ".docx": "docx",
 }
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
+# Opening fence -> the whole block: YAML between --- lines, or TOML between +++ lines (Hugo).
+_FRONT_MATTER = {
+    "---": re.compile(r"---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE),
+    "+++": re.compile(r"\+\+\+[ \t]*\n(.*?)^\+\+\+[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE),
+}
 _H1 = re.compile(r"^# (.+)$", re.MULTILINE)
 _FENCED = re.compile(r"^(`{3,})(?!`).*?^\1`*[ \t]*$", re.MULTILINE | re.DOTALL)  # closed by as long a fence
 
@@ -199,21 +204,33 @@ def _decode_bytes(data: bytes) -> tuple[str, str | None]:
 
 
 def _front_matter(text: str) -> tuple[_Meta, str]:
-    """Split YAML front matter from the body; a broken block is the file's failure, not the run's."""
-    if not re.match(r"---[ \t]*\n", text):
+    """Split YAML (``---``) or TOML (``+++``) front matter from the body, blank lines before it allowed.
+
+    Front matter not recognised is read as body text and its ``audience`` ignored: a document meant
+    for a few would be published to everyone. A broken block is the file's failure, not the run's.
+    """
+    start = _first_line_start(text)
+    fence = text[start : start + 3]
+    if fence not in _FRONT_MATTER or not re.match(rf"{re.escape(fence)}[ \t]*\n", text[start:]):
         return _Meta(), text
-    match = _FRONT_MATTER.match(text)
+    match = _FRONT_MATTER[fence].match(text, start)
     if match is None:
-        raise ExtractError("front matter opened with --- is never closed")
+        raise ExtractError(f"front matter opened with {fence} is never closed")
     try:
-        data = _yaml_mapping(match.group(1))
-    except yaml.YAMLError as exc:
+        data = tomllib.loads(match.group(1)) if fence == "+++" else _yaml_mapping(match.group(1))
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         raise ExtractError(f"malformed front matter: {' '.join(str(exc).split())}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ExtractError("malformed front matter: expected key: value pairs")
     return _meta(data), text[match.end() :]
+
+
+def _first_line_start(text: str) -> int:
+    """Where the first line that is not blank starts."""
+    blank = text[: len(text) - len(text.lstrip())]
+    return blank.rfind("\n") + 1
 
 
 def _yaml_mapping(text: str) -> object:

@@ -15,6 +15,7 @@ from retrieval import (
     IndexMissingError,
     PolicyIndex,
     RetrievalConfig,
+    SearchFilter,
 )
 from retrieval.backends import point_id
 from tests.retrieval.conftest import LEAVE_DOC, OpenIndex, make_doc
@@ -247,3 +248,24 @@ def test_the_index_survives_a_restart(cfg: RetrievalConfig, embedder: Embedder, 
     with PolicyIndex.open(cfg, embedder=embedder) as reopened:
         assert reopened.count() == count
         assert reopened.index_documents(corpus, root=ROOT_A).chunks_embedded == 0
+
+
+@pytest.mark.parametrize(
+    "front_matter",
+    ["\n---\naudience: [hr]\n---\n", "+++\naudience = ['hr']\n+++\n"],
+    ids=["after-a-blank-line", "toml"],
+)
+def test_a_restricted_file_indexed_from_a_folder_is_found_only_by_its_audience(
+    open_index: OpenIndex, tmp_path: Path, front_matter: str
+) -> None:
+    # Front matter not recognised was indexed as body text, and the document searchable by everyone.
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "bands.md").write_text(front_matter + "\n# Salary bands\n\nBand E4 pays 92,000 euros a year.\n")
+    index = open_index()
+
+    assert index.index_paths([folder]).added == ["bands.md"]
+
+    question = "how much does salary band E4 pay"
+    assert index.search(question, filter=SearchFilter(groups=("engineering",))) == []
+    assert {p.doc_id for p in index.search(question, filter=SearchFilter(groups=("hr",)))} == {"bands.md"}

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import docx
 import pytest
+from docx.oxml import OxmlElement
+from docx.oxml.ns import qn
+from docx.oxml.xmlchemy import BaseOxmlElement
 from docx.shared import Inches
 
 from retrieval import Document, LoadReport
@@ -184,6 +187,34 @@ def test_any_audience_is_accepted_when_no_groups_are_configured(tmp_path: Path) 
     assert doc.audience == ("hrr",)
     report = load_documents([tmp_path], known_groups=None)
     assert [doc.audience for doc in report.documents] == [("hrr",)] and report.failures == []
+
+
+def test_front_matter_after_blank_lines_or_in_toml_restricts_the_document(tmp_path: Path) -> None:
+    # Read as body text (a rule, then "## audience: hr"), both published a document meant for HR to everyone.
+    body = "# Salary bands\n\nBand {} pays 70k.\n"
+    write(tmp_path / "blank.md", "\n  \n---\ntitle: Pay\naudience: [hr]\n---\n\n" + body.format(1))
+    write(tmp_path / "crlf.md", ("\n---\ntitle: Pay\naudience: [hr]\n---\n\n" + body.format(2)).replace("\n", "\r\n"))
+    write(tmp_path / "hugo.md", "+++\ntitle = 'Pay'\naudience = ['hr']\n+++\n\n" + body.format(3))
+    page = "<h1>Salary bands</h1><p>Band 4 pays 70k.</p>\n"
+    write(tmp_path / "page.html", "\n---\ntitle: Pay\naudience: hr\n---\n" + page)
+    report = load_documents([tmp_path])
+    assert report.failures == []
+    assert {doc.doc_id: (doc.title, doc.audience, doc.text) for doc in report.documents} == {
+        name: ("Pay", ("hr",), f"# Salary bands\n\nBand {band} pays 70k.")
+        for band, name in enumerate(("blank.md", "crlf.md", "hugo.md", "page.html"), 1)
+    }
+
+
+def test_broken_toml_front_matter_fails_the_file_by_name(tmp_path: Path) -> None:
+    write(tmp_path / "bad.md", "+++\naudience = [hr\n+++\nSalary bands.\n")
+    write(tmp_path / "open.md", "+++\naudience = ['hr']\n\nSalary bands.\n")
+    write(tmp_path / "typo.md", "+++\naudiences = ['hr']\n+++\nSalary bands.\n")
+    report = load_documents([tmp_path])
+    assert report.documents == []
+    reasons = failure_reasons(report)
+    assert "malformed front matter" in reasons["bad.md"]
+    assert "never closed" in reasons["open.md"]
+    assert "`audiences` is not `audience`" in reasons["typo.md"]
 
 
 def test_malformed_front_matter_is_reported_and_the_rest_load(tmp_path: Path) -> None:
@@ -427,6 +458,21 @@ def test_raw_html_keeps_main_content_and_drops_scripts_styles_and_navigation(tmp
     assert doc.text == "# Annual Leave\n\nYou get **25 days**.\n\n## Carry over\n\n- Up to 5 days\n  - Use by March"
 
 
+def test_a_list_nested_without_an_li_around_it_keeps_its_items(tmp_path: Path) -> None:
+    # WYSIWYG editors write <ul><li>a</li><ul><li>b</li></ul></ul>; only direct <li> children were read.
+    lists = (
+        "<ol><li>Ask your manager</li><ol><li>Use the leave form</li></ol><li>Wait for approval</li></ol>"
+        "<ul>Bring:<li>your badge</li><div><li>a photo ID</li></div></ul>"
+    )
+    page = load_one(write(tmp_path / "leave.html", f"<html><body><h1>Leave</h1>{lists}</body></html>"))
+    embedded = load_one(write(tmp_path / "leave.md", f"# Leave\n\n{lists}\n"))
+    for doc in (page, embedded):
+        assert doc.text == (
+            "# Leave\n\n1. Ask your manager\n  1. Use the leave form\n2. Wait for approval\n\n"
+            "- Bring:\n- your badge\n- a photo ID"
+        )
+
+
 def test_emphasis_inside_an_html_heading_leaves_plain_heading_words(tmp_path: Path) -> None:
     page = (
         "<main><h1>Leave</h1><h2>Leave <em>rules</em></h2><p>Ask first.</p>"
@@ -481,6 +527,25 @@ def test_pdf_running_headers_and_footers_are_kept_once_not_read_as_headings(tmp_
     assert hotels.heading == "ACME Travel Policy > Booking Flights"
     assert sum(chunk.text.count("Company Confidential") for chunk in chunks) == 1
     assert not any("Company Confidential" in chunk.heading for chunk in chunks)
+
+
+def test_pdf_running_lines_are_found_after_a_cover_page_and_across_a_blank_page(tmp_path: Path) -> None:
+    # Looked for on every page, they were missed when the cover or a blank page lacked them: the header and
+    # "Page 3" became headings, filing the pages' text under them.
+    header = "ACME Leave Policy v3"
+    pages = [
+        ["Leave Policy", "Effective from 1 January 2025 for all staff in every office."],
+        [header, "Annual Leave", "Full time staff get 25 days of paid leave each year.", "Page 2"],
+        [],
+        [header, "Unused days may be carried over into the next year until March.", "Page 3"],
+        [header, "Sick Leave", "Tell your manager on the first day.", "Page 4"],
+        [header, "A doctor's note is needed after seven days of absence from work.", "Page 5"],
+    ]
+    chunks = chunk_document(load_one(write(tmp_path / "leave.pdf", pdf_bytes(*pages))))
+    assert next(chunk.heading for chunk in chunks if "carried over" in chunk.text) == "Leave Policy > Annual Leave"
+    assert next(chunk.heading for chunk in chunks if "doctor's note" in chunk.text) == "Leave Policy > Sick Leave"
+    assert not any("ACME" in chunk.heading or "Page" in chunk.heading for chunk in chunks)
+    assert sum(chunk.text.count(header) for chunk in chunks) == 1
 
 
 def test_pdf_lines_ending_each_page_that_differ_only_in_numbers_are_content_not_footers(tmp_path: Path) -> None:
@@ -548,6 +613,63 @@ def test_docx_headers_and_footers_are_kept_once_each_not_dropped(tmp_path: Path)
     footers = ["Owner: Finance, version 3", "Appendix owner: Legal", "Approved, March 2025"]
     assert blocks[-4:] == ["Appendix text.", *footers]
     assert doc.text.count("Company Confidential") == 1
+
+
+def wrapped(tag: str, *children: BaseOxmlElement, **attributes: str) -> BaseOxmlElement:
+    """A WordprocessingML element ``tag`` holding ``children``; a content control wraps them in sdtContent."""
+    element = OxmlElement(tag)
+    for name, value in attributes.items():
+        element.set(qn(f"w:{name}"), value)
+    inner = OxmlElement("w:sdtContent") if tag == "w:sdt" else element
+    for child in children:
+        inner.append(child)
+    if inner is not element:
+        element.append(inner)
+    return element
+
+
+def run(text: str, kind: str = "w:t") -> BaseOxmlElement:
+    """A run holding ``text`` (``w:delText`` for deleted text)."""
+    text_element = OxmlElement(kind)
+    text_element.text = text
+    return wrapped("w:r", text_element)
+
+
+def test_docx_text_in_tracked_insertions_content_controls_and_fields_is_kept(tmp_path: Path) -> None:
+    # python-docx reads only a paragraph's direct runs and the body's direct paragraphs: all of this was lost.
+    document = docx.Document()
+    document.add_heading("Laptop Policy", 1)
+    tracked = document.add_paragraph("Staff must ")
+    tracked._p.append(wrapped("w:ins", run("encrypt their disks and "), id="1", author="Legal"))
+    tracked._p.append(wrapped("w:del", run("never ", "w:delText"), id="2", author="Legal"))
+    tracked.add_run("lock the screen.")
+    owner = document.add_paragraph("Owner: ")
+    owner._p.append(wrapped("w:sdt", run("IT Security")))
+    extension = document.add_paragraph("Call the service desk on ")
+    extension._p.append(wrapped("w:fldSimple", run("extension 4411"), instr="MERGEFIELD Phone"))
+    block = document.add_paragraph("Report a lost laptop to IT within one hour.")
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "Model", "Replaced every 4 years"
+    cell = table.cell(0, 1).paragraphs[0]
+    cell._p.append(wrapped("w:sdt", run(", or sooner if damaged")))
+    document.element.body.insert(len(document.element.body) - 1, wrapped("w:sdt", block._p, table._tbl))
+    document.sections[0].header.paragraphs[0]._p.append(wrapped("w:sdt", run("Version 7")))
+    contents = wrapped("w:sdt", wrapped("w:p", run("Laptop Policy 1")))  # a table of contents: left out
+    gallery = wrapped("w:docPartGallery", val="Table of Contents")
+    contents.insert(0, wrapped("w:sdtPr", wrapped("w:docPartObj", gallery)))
+    document.element.body.insert(1, contents)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    doc = load_one(write(tmp_path / "laptops.docx", buffer.getvalue()))
+    assert doc.text.split("\n\n") == [
+        "Version 7",
+        "# Laptop Policy",
+        "Staff must encrypt their disks and lock the screen.",
+        "Owner: IT Security",
+        "Call the service desk on extension 4411",
+        "Report a lost laptop to IT within one hour.",
+        "| Model | Replaced every 4 years, or sooner if damaged |\n| --- | --- |",
+    ]
 
 
 # --- bad input ------------------------------------------------------------------------------------
