@@ -44,7 +44,7 @@ class CallAllowance:
     timeout_s: float
 
 
-CHARS_PER_TOKEN = 3.5  # deliberately generous: projections should err towards stopping early
+CHARS_PER_TOKEN = 3.5  # bytes of UTF-8 a token: deliberately generous, projections should err towards stopping early
 
 
 def estimate_tokens(messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> int:
@@ -54,12 +54,20 @@ def estimate_tokens(messages: Sequence[Message], tools: Sequence[dict[str, Any]]
 
 
 def _chars(message: Message) -> int:
-    """Characters a message costs on the wire, without serialising it (this runs every turn)."""
-    chars = 40 + len(str(message.get("content") or ""))
+    """UTF-8 bytes a message costs on the wire, without serialising it (this runs every turn).
+
+    Bytes, not characters: a tokenizer spends about one token on a Japanese or Chinese character (three
+    bytes), where counting characters would estimate a third of that and let a run overshoot its budget.
+    """
+    chars = 40 + _bytes(str(message.get("content") or ""))
     for call in message.get("tool_calls") or ():
         function = call.get("function", {})
-        chars += 72 + len(call.get("id", "")) + len(function.get("name", "")) + len(function.get("arguments", ""))
+        chars += 72 + len(call.get("id", "")) + len(function.get("name", "")) + _bytes(function.get("arguments", ""))
     return chars + len(message.get("tool_call_id", "")) + (20 if "tool_call_id" in message else 0)
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 class HistoryMeter:

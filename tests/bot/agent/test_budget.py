@@ -1,6 +1,7 @@
 import pytest
 
-from bot.agent import Budget, Budgets, CallAllowance, Price, PriceTable, Spent
+from bot.agent import Budget, Budgets, CallAllowance, Price, PriceTable, Spent, estimate_tokens
+from bot.agent.budget import HistoryMeter
 from bot.errors import UnknownPrice
 from bot.types import TerminationReason, Usage
 
@@ -73,3 +74,11 @@ def test_unknown_model_price_fails_closed_with_a_fix_in_the_message():
 def test_malformed_price_json_is_a_clear_error():
     with pytest.raises(ValueError, match="POLICYPAL_MODEL_PRICES must be JSON"):
         PriceTable.from_json('{"x": 3}')
+
+
+def test_a_japanese_request_is_estimated_near_a_token_a_character_as_tokenizers_count_it():
+    """Characters would count a Japanese question a third of its tokens, and let a run overshoot its budget."""
+    japanese = [{"role": "user", "content": "有給休暇は何日ありますか。" * 80}]  # 1,040 characters
+    english = [{"role": "user", "content": "How many days of annual leave? " * 34}]  # 1,054 characters
+    assert estimate_tokens(japanese) >= 0.8 * 1_040 and estimate_tokens(english) < 0.4 * 1_054
+    assert HistoryMeter().tokens(japanese) == estimate_tokens(japanese)  # the per-turn meter counts the same
