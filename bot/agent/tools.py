@@ -164,7 +164,8 @@ def _describe(error: Any) -> str:
 
 
 def _require_storable(name: str, arguments: dict[str, Any]) -> None:
-    """Arguments are hashed, stored and sent as UTF-8 JSON: a lone surrogate (``\\ud800``) would fail there."""
+    """Arguments are hashed, stored and sent as UTF-8 JSON: a lone surrogate (``\\ud800``) would fail there,
+    and a NUL character (``\\u0000``) in PostgreSQL, where a frozen call's text is stored."""
     try:
         encoded = canonical_json(arguments)
     except RecursionError:
@@ -174,3 +175,17 @@ def _require_storable(name: str, arguments: dict[str, Any]) -> None:
             f"Invalid arguments for {name}: the text contains an unpaired surrogate escape (like \\ud800), "
             "which is not valid Unicode. Send the text without it."
         )
+    if _holds_nul(arguments):
+        raise ToolRefusal(
+            f"Invalid arguments for {name}: the text contains a NUL character (\\u0000). Send the text without it."
+        )
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False

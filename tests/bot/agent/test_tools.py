@@ -85,6 +85,16 @@ def test_arguments_with_a_lone_surrogate_are_refused_at_validation():
     registry.validate(tool, args)
 
 
+def test_arguments_with_a_nul_character_are_refused_at_validation_as_postgresql_cannot_store_them():
+    registry = _registry()
+    for raw in ('{"summary": "Laptop \\u0000 broken"}', '{"summary": "ok", "tags": [{"a\\u0000": "b"}]}'):
+        tool, args = registry.parse("write_it", raw)
+        with pytest.raises(ToolRefusal, match="NUL character"):
+            registry.validate(tool, args)
+    tool, args = registry.parse("write_it", '{"summary": "A \\\\u0000 typed out is text"}')  # a backslash and "u0000"
+    registry.validate(tool, args)
+
+
 def test_arguments_a_server_encoded_twice_are_decoded_once_more():
     _, arguments = _registry().parse("count", json.dumps('{"n": 1}'))
     assert arguments == {"n": 1}
