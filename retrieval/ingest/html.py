@@ -55,12 +55,14 @@ def html_to_markdown(page: str) -> tuple[str, str | None]:
     """Convert a whole HTML page to Markdown, keeping only its main content; also return <title>."""
     soup = BeautifulSoup(page, _PARSER)
     title = _clean(soup.title.get_text()) if soup.title else None
-    root = soup.find("main") or soup.find(role="main") or soup.find("article") or soup.body or soup
-    if root is soup.body:
+    main = soup.find("main") or soup.find(role="main")
+    articles = [article for article in soup.find_all("article") if article.find_parent("article") is None]
+    roots = [main] if main else articles or [soup.body or soup]
+    if soup.body is not None and roots == [soup.body]:
         # Site chrome sits in body-level header/footer; inside <main> they are content.
-        for chrome in root.find_all(["header", "footer"], recursive=False):
+        for chrome in soup.body.find_all(["header", "footer"], recursive=False):
             chrome.decompose()
-    return "\n\n".join(_blocks(root)), title or None
+    return "\n\n".join(block for root in roots for block in _blocks(root)), title or None
 
 
 def fragment_to_markdown(fragment: str) -> str:
@@ -150,8 +152,10 @@ def _block(tag: Tag) -> list[str]:
         return [f"{'#' * _HEADINGS[tag.name]} {text}"] if text else []
     if tag.name in _LISTS:
         return ["\n".join(_list_lines(tag, depth=0))]
-    if tag.name == "table":
-        return [_table_to_markdown(tag)]
+    if tag.name == "table":  # its caption names it: a line of its own before the rows
+        caption = tag.find("caption", recursive=False)
+        named = _clean(_inline(caption, plain=True)) if caption else ""
+        return [named, _table_to_markdown(tag)] if named else [_table_to_markdown(tag)]
     if tag.name == "pre":
         return [fenced(tag.get_text().strip("\n"))]
     if tag.name == "blockquote":

@@ -458,6 +458,21 @@ def test_raw_html_keeps_main_content_and_drops_scripts_styles_and_navigation(tmp
     assert doc.text == "# Annual Leave\n\nYou get **25 days**.\n\n## Carry over\n\n- Up to 5 days\n  - Use by March"
 
 
+def test_a_page_of_several_articles_and_no_main_keeps_every_article_and_a_tables_caption(tmp_path: Path) -> None:
+    page = (
+        "<html><body><nav><a href='/'>Home</a></nav>"
+        "<article><h1>Leave</h1><p>You get 25 days.</p></article>"
+        "<article><h2>Sick leave</h2><table><caption>Sick pay by service</caption>"
+        "<tr><th>Service</th><th>Full pay</th></tr><tr><td>Under 1 year</td><td>4 weeks</td></tr></table></article>"
+        "<footer>Copyright</footer></body></html>"
+    )
+    doc = load_one(write(tmp_path / "leave.html", page))
+    assert doc.text == (
+        "# Leave\n\nYou get 25 days.\n\n## Sick leave\n\nSick pay by service\n\n"
+        "| Service | Full pay |\n| --- | --- |\n| Under 1 year | 4 weeks |"
+    )
+
+
 def test_a_list_nested_without_an_li_around_it_keeps_its_items(tmp_path: Path) -> None:
     # WYSIWYG editors write <ul><li>a</li><ul><li>b</li></ul></ul>; only direct <li> children were read.
     lists = (
