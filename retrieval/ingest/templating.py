@@ -9,8 +9,11 @@ from __future__ import annotations
 import re
 
 _COMMENT_BLOCK = re.compile(r"\{%-?\s*comment\s*-?%\}.*?\{%-?\s*endcomment\s*-?%\}", re.DOTALL)
-_TAG = re.compile(r"\{%-?(.*?)-?%\}", re.DOTALL)
-_OUTPUT = re.compile(r"\{\{.*?\}\}", re.DOTALL)
+# A tag's body never holds another opener or a blank line: an unclosed "{{" in prose must not swallow
+# the text up to the next template's close.
+_INSIDE = r"(?:(?!\{[{%]|\n[ \t]*\n).)*?"
+_TAG = re.compile(rf"\{{%-?({_INSIDE})-?%\}}", re.DOTALL)
+_OUTPUT = re.compile(rf"\{{\{{{_INSIDE}\}}\}}", re.DOTALL)
 _HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _KRAMDOWN_LINE = re.compile(r"^[ \t]*\{:[^}\n]*\}[ \t]*$\n?", re.MULTILINE)
 _KRAMDOWN_INLINE = re.compile(r"\{:[^}\n]*\}")

@@ -356,6 +356,19 @@ def test_liquid_tags_are_removed(tmp_path: Path) -> None:
     assert "Internal" not in doc.text and "steps:" not in doc.text
 
 
+def test_an_unclosed_template_opener_in_prose_drops_nothing_after_it(tmp_path: Path) -> None:
+    # "{{" in prose ran to the next template's "}}", taking every paragraph between with it.
+    text = (
+        "# Escaping\n\nIn Jinja, write {{ to open an expression.\n\nKeep this paragraph.\n\n"
+        "A {% tag left open.\n\nKeep this too.\n\nSite: {{ site.name }}, {% include x.html %}done.\n"
+    )
+    doc = load_one(write(tmp_path / "e.md", text))
+    assert doc.text == (
+        "# Escaping\n\nIn Jinja, write {{ to open an expression.\n\nKeep this paragraph.\n\n"
+        "A {% tag left open.\n\nKeep this too.\n\nSite: , done."
+    )
+
+
 def test_both_branches_of_a_liquid_condition_stay_separate_words(tmp_path: Path) -> None:
     text = (
         "Staff {% if a %}Conditional text{% elsif b %}Second{%- else -%}Other branch{% endif %} apply.\n\n"
