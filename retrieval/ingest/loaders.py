@@ -367,11 +367,12 @@ def _pretty_stem(path: Path) -> str:
 
 
 def _duplicate_key(document: Document) -> str:
-    """The body without its title line, whitespace and case folded, plus who may see it.
+    """The body without its title line, whitespace and case folded, plus who may see it and its label.
 
-    Section and audience are part of the key: the same text published for two audiences is two
-    documents, and skipping one would change who can find it.
+    Section, audience and classification are part of the key: the same text published for two
+    audiences, or once marked confidential, is two documents; skipping one would change who can
+    find it or drop the sensitivity label its citations show.
     """
     body = " ".join(re.sub(r"\A# .*\n*", "", document.text).split()).casefold()
-    scope = [document.section, list(document.audience)]
+    scope = [document.section, list(document.audience), (document.classification or "").casefold()]
     return hashlib.sha256(json.dumps([body, scope]).encode()).hexdigest()

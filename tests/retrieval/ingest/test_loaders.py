@@ -789,6 +789,16 @@ def test_duplicate_documents_are_skipped_and_recorded_not_failed(tmp_path: Path)
     assert report.failures == []
 
 
+def test_same_text_with_another_classification_is_not_a_duplicate(tmp_path: Path) -> None:
+    body = "# Salaries\n\nBands are reviewed each April.\n"
+    write(tmp_path / "open.md", body)
+    write(tmp_path / "closed.md", "---\nclassification: Confidential\n---\n" + body)
+    report = load_documents([tmp_path])
+    labels = {doc.doc_id: doc.classification for doc in report.documents}
+    assert labels == {"closed.md": "Confidential", "open.md": None}
+    assert report.duplicates == []
+
+
 # --- the real handbooks ---------------------------------------------------------------------------
 
 # Pages in the 18F export whose whole body is a title (their content lived in data files or redirects).
