@@ -212,9 +212,25 @@ def _running_lines(part: _Header | _Footer) -> list[str]:
 def _inner_content(container: BlockItemContainer) -> list[Paragraph | Table]:
     """Paragraphs and tables in order, those inside content controls too (``iter_inner_content`` skips them)."""
     return [
-        Paragraph(element, container) if element.tag == qn("w:p") else Table(element, container)
+        Paragraph(element, container) if element.tag == qn("w:p") else Table(_unwrap_row_controls(element), container)
         for element in _block_elements(container._element)
     ]
+
+
+def _unwrap_row_controls(table: BaseOxmlElement) -> BaseOxmlElement:
+    """Rows and cells held in content controls (a repeating section) made direct children, in place.
+
+    python-docx reads only a table's direct ``w:tr`` and a row's direct ``w:tc``: rows a form repeats
+    were lost silently. The document was parsed for this extraction alone, so changing it is safe.
+    """
+    while controls := table.xpath("./w:sdt | ./w:tr/w:sdt"):
+        for control in controls:
+            parent, content = control.getparent(), control.find(qn("w:sdtContent"))
+            at = parent.index(control)
+            parent.remove(control)
+            for offset, child in enumerate(list(content) if content is not None else []):
+                parent.insert(at + offset, child)
+    return table
 
 
 def _block_elements(parent: BaseOxmlElement) -> list[BaseOxmlElement]:

@@ -700,6 +700,31 @@ def test_docx_text_in_tracked_insertions_content_controls_and_fields_is_kept(tmp
     ]
 
 
+def test_docx_table_rows_and_cells_in_content_controls_are_kept(tmp_path: Path) -> None:
+    # A repeating section wraps each row it repeats (sdt > sdtContent > sdt > sdtContent > tr); python-docx
+    # reads only direct rows and cells, so those rows were lost.
+    document = docx.Document()
+    document.add_heading("Equipment allowance", 1)
+    table = document.add_table(rows=4, cols=2)
+    for row, (item, amount) in enumerate([("Item", "Limit"), ("Monitor", "$300"), ("Chair", "$450"), ("Desk", "$500")]):
+        table.cell(row, 0).text, table.cell(row, 1).text = item, amount
+    rows = table._tbl.tr_lst
+    repeated = wrapped("w:sdt", wrapped("w:sdt", rows[1]), wrapped("w:sdt", rows[2]))
+    table._tbl.insert(table._tbl.index(rows[3]), repeated)
+    desk = rows[3]
+    desk.append(wrapped("w:sdt", desk.tc_lst[1]))  # a cell in a content control
+    buffer = io.BytesIO()
+    document.save(buffer)
+    doc = load_one(write(tmp_path / "allowance.docx", buffer.getvalue()))
+    assert doc.text.split("\n\n")[1].splitlines() == [
+        "| Item | Limit |",
+        "| --- | --- |",
+        "| Monitor | $300 |",
+        "| Chair | $450 |",
+        "| Desk | $500 |",
+    ]
+
+
 # --- bad input ------------------------------------------------------------------------------------
 
 
