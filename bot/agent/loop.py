@@ -146,7 +146,7 @@ async def _loop(
         state.messages.append(reply.as_message())
         if not reply.tool_calls:
             return _final(state, trace, reply, after_decision=decided is not None)
-        await tell(deps.progress, activity(reply.tool_calls, deps.tools))
+        await tell(deps.progress, activity(reply.tool_calls, deps.tools), within=budget.time_left())
         turn = await run_turn(
             reply.tool_calls, deps.tools, state, deps.settings.turn, trace, max(budget.time_left(), 0.05), cancel
         )
@@ -162,7 +162,7 @@ async def _loop(
             state.repeat_turns += 1
             if state.repeat_turns >= REPEAT_TURN_LIMIT:
                 return _give_up(state, trace, TerminationReason.NO_PROGRESS)
-        await tell(deps.progress, READING)
+        await tell(deps.progress, READING, within=budget.time_left())
 
 
 async def _call_model(

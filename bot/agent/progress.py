@@ -46,12 +46,17 @@ def _line(call: ToolCall, tools: ToolRegistry) -> str | None:
     return tool.activity(arguments)
 
 
-async def tell(progress: Progress | None, text: str) -> None:
-    """Show ``text`` through the hook, if there is one; never raises, never waits past PROGRESS_TIMEOUT_S."""
-    if progress is None:
+async def tell(progress: Progress | None, text: str, *, within: float = PROGRESS_TIMEOUT_S) -> None:
+    """Show ``text`` through the hook, if there is one; never raises, never waits past PROGRESS_TIMEOUT_S.
+
+    ``within`` is what is left of the run's deadline: a status line never holds a run past it, and
+    with no time left it is not sent at all.
+    """
+    limit = min(PROGRESS_TIMEOUT_S, within)
+    if progress is None or limit <= 0:
         return
     try:
-        await asyncio.wait_for(progress(text), PROGRESS_TIMEOUT_S)
+        await asyncio.wait_for(progress(text), limit)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # TimeoutError included: the run goes on without the status line

@@ -62,6 +62,23 @@ async def test_a_status_line_that_fails_or_hangs_never_fails_or_holds_the_run(
     assert calls == ["Searching the policies for “leave”…", READING]
 
 
+async def test_a_hanging_status_line_never_holds_a_run_past_its_deadline(
+    tmp_path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr("bot.agent.progress.PROGRESS_TIMEOUT_S", 3600.0)  # only the deadline can end the wait
+    fake_openai.script(tool_calls(("search_policies", {"query": "leave"})), text("You get 25 days."))
+    calls: list[str] = []
+
+    async def hanging(line: str) -> None:
+        calls.append(line)
+        await asyncio.Event().wait()  # never returns
+
+    async with service(tmp_path, fake_openai, OnePassage(), deadline_s=3.0) as svc:
+        reply = await asyncio.wait_for(ask_with(svc, "How much leave?", hanging), 120)  # a hang guard, not a timing
+    assert reply.reason == TerminationReason.DEADLINE
+    assert calls == ["Searching the policies for “leave”…"]  # no time left to tell the reading
+
+
 async def test_the_tools_say_what_they_do_and_a_call_that_cannot_be_read_says_nothing():
     assert searching({"query": "expenses", "section": "Finance"}) == "Searching the Finance policies…"
     assert searching({"query": "x" * 100}).endswith("…”…") and len(searching({"query": "x" * 100})) < 100
