@@ -8,6 +8,8 @@ attempt, from any process: the outbox row keeps where the summary is and how man
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ CHUNK_CHARS = 3_500  # under Slack's 4,000-character guidance for one message's 
 MAX_THREAD_MESSAGES = 15
 HEADER_CHARS = 150  # Block Kit header limit
 SECTION_CHARS = 2_900  # Block Kit section limit is 3,000
+QUESTION_CUT = "…\n_(cut here: too long for one Slack block; the transcript in the thread has the runs as asked)_"
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def summary_blocks(case: HandoffCase) -> list[dict[str, Any]]:
     return [
         {"type": "header", "text": {"type": "plain_text", "text": header}},
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in fields]},
-        {"type": "section", "text": {"type": "mrkdwn", "text": _quote(case.question)[:SECTION_CHARS]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _question(case.question)}},
         {
             "type": "context",
             "elements": [{"type": "mrkdwn", "text": f"Transcript in the thread · `policypal handoffs {case.case_id}`"}],
@@ -115,8 +118,7 @@ def transcript_chunks(case: HandoffCase) -> list[str]:
     chunks: list[str] = []
     current: list[str] = []
     size = 0
-    for line in case.to_markdown().replace("```", "'''").splitlines():
-        line = line[:CHUNK_CHARS]
+    for line in _lines(case.to_markdown().replace("```", "'''")):
         if size + len(line) + 1 > CHUNK_CHARS and current:
             chunks.append("\n".join(current))
             current, size = [], 0
@@ -130,6 +132,25 @@ def transcript_chunks(case: HandoffCase) -> list[str]:
         chunks.append(f"({rest} more parts: the whole transcript is `policypal handoffs {case.case_id}`)")
         return [_code(c) for c in chunks[:-1]] + chunks[-1:]
     return [_code(c) for c in chunks]
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The transcript's lines; one longer than a part (a long question, a pasted log) goes on in the next
+    pieces, never cut off: the helpdesk reads everything the person wrote."""
+    for line in text.splitlines():
+        while len(line) > CHUNK_CHARS:
+            yield line[:CHUNK_CHARS]
+            line = line[CHUNK_CHARS:]
+        yield line
+
+
+def _question(question: str) -> str:
+    """The question quoted for the summary; one too long for a section is cut visibly, never silently."""
+    quoted = _quote(question)
+    if len(quoted) <= SECTION_CHARS:
+        return quoted
+    cut = re.sub(r"&[a-z]*$", "", quoted[: SECTION_CHARS - len(QUESTION_CUT)])  # never half an &lt;
+    return cut.rstrip() + QUESTION_CUT
 
 
 def _code(text: str) -> str:

@@ -25,7 +25,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.blocks import Block, SlackMessage
 from adapters.slack.inbound import BotIdentity
+from bot.delivery import Delivery
 from bot.errors import RemoteError
+from bot.store import DeliveryRecord
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,17 @@ def as_remote(exc: BaseException, method: str, channel: str) -> RemoteError:
     if isinstance(exc, TimeoutError | aiohttp.ClientError | OSError):
         return RemoteError(f"Slack {method} in {channel}: {type(exc).__name__}", kind="unavailable")
     return RemoteError(f"Slack {method} in {channel}: {type(exc).__name__}: {exc}", kind="protocol")
+
+
+def may_have_posted(row: DeliveryRecord, delivery: Delivery) -> bool:
+    """Whether an earlier attempt at this row may have posted without it being recorded, so the thread is
+    looked at (``SlackWriter.find``) before posting.
+
+    Not only when its process died (``uncertain``): any failed attempt may have left a post behind. Slack
+    can take a message whose answer never arrives (a timeout, a dropped connection, a 5xx), and a step
+    after the post (recording a card's place) can fail; posting again blindly would repeat the reply.
+    """
+    return delivery.uncertain or row.last_error is not None
 
 
 class SlackWriter:

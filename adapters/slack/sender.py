@@ -4,8 +4,9 @@ A run's answer that fits one message is written out as Slack's native stream (ad
 the committed answer in chunks, its stream's ts saved on the row like a post's); anything else is posted.
 A reply may be several messages (a long answer is split); each part posted is saved on the row
 (``Delivery.save``), so a retry, in any process, goes on from the next part. When an earlier attempt
-may have gone through without its outcome being recorded (its process died), the sender first looks
-in the thread for the part by its metadata, and posts it only if it is not there.
+may have gone through without its outcome being recorded (its process died, or it failed after Slack
+may have taken the post: ``may_have_posted``), the sender first looks in the thread for the part by
+its metadata, and posts it only if it is not there.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from adapters.slack.blocks import (
     markdown_message,
     notice_messages,
 )
-from adapters.slack.post import CHANNEL_ERRORS, SlackWriter
+from adapters.slack.mrkdwn import to_mrkdwn
+from adapters.slack.post import CHANNEL_ERRORS, SlackWriter, may_have_posted
 from adapters.slack.streaming import SlackStreams, StreamedAnswer
 from bot.cards import CardView
 from bot.delivery import Delivery, Post, post_destination
@@ -82,10 +84,14 @@ class SlackSender:
 
     def _direct(self, post: Post) -> list[SlackMessage]:
         """Why the reply is here and not in the thread, how to fix it, and the case that follows it up;
-        or the part of a thread's answer that only this person may read."""
+        or the part of a thread's answer that only this person may read.
+
+        That part is the model's Markdown: made mrkdwn like any answer, or Slack would show its ``**``,
+        ``[label](url)`` and ``#`` literally, and read its ``<`` and ``&`` as markup.
+        """
         if post.reason == PRIVATE_PART:
             intro = f"About your question in <#{post.address.channel}>, from documents not everyone there may read:"
-            return notice_messages(f"{intro}\n\n{post.text}")
+            return notice_messages(f"{intro}\n\n{to_mrkdwn(post.text)}")
         error = (post.reason or "").rpartition(": ")[2] or "an error"
         bot = self._writer.bot.name or "PolicyPal"
         fix = f"Invite me there with `/invite @{bot}`, or ask me here." if error in CHANNEL_ERRORS else ""
@@ -123,8 +129,9 @@ class SlackSender:
     ) -> list[str]:
         """Post the parts not posted yet, in order; each part's ts is saved on the row before the next."""
         posted: list[str] = json.loads(delivery.progress) if delivery.progress else []
+        look = may_have_posted(row, delivery)
         for part in range(len(posted), len(messages)):
-            found = await self._writer.find(channel, thread, row=row.id, part=part) if delivery.uncertain else None
+            found = await self._writer.find(channel, thread, row=row.id, part=part) if look else None
             if found is not None:
                 log.info("slack post %s part %d was already in the thread (%s); not posted again", row.id, part, found)
             ts = found or await self._writer.post(channel, thread, messages[part], row=row.id, part=part)

@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 
 from adapters.slack.blocks import Block, SlackMessage
-from adapters.slack.post import SlackWriter
+from adapters.slack.post import SlackWriter, may_have_posted
 from bot.delivery import Delivery
 from bot.errors import RemoteError
 from bot.store import DeliveryRecord
@@ -87,7 +87,7 @@ class SlackStreams:
         if started is not None:  # an earlier attempt began this message: finish it, never start another
             await self._writer.update(channel, started, answer.whole)
             return started
-        if delivery.uncertain and (found := await self._writer.find(channel, thread, row=row.id, part=0)):
+        if may_have_posted(row, delivery) and (found := await self._writer.find(channel, thread, row=row.id, part=0)):
             return found
         pieces = chunks(answer.markdown)
         try:

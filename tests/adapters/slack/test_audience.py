@@ -87,3 +87,25 @@ async def test_with_members_audience_a_channel_of_hr_people_gets_the_hr_answer_i
     assert searcher.searched_with == [("all", "hr")]  # everyone there may read HR documents: one run
     assert reply["channel"] == "C_HR" and "Operations team" in reply.block_text
     assert PRIVATE_PART_SENT not in reply.block_text
+
+
+async def test_the_private_part_in_her_dm_is_slack_formatting_not_raw_markdown(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The private part is the model's Markdown: Slack shows ``**``, ``[label](url)`` and ``##`` literally."""
+    searcher = AudienceSearcher()
+    private = ("## Plan\n**Finance and facilities** merge into [one team](https://intranet.example.com/reorg) "
+               "in <Q3> & Q4 [Reorg Plan › Team changes].")
+    fake_openai.script(search(), text("Announced on the intranet [Leave Policy › Team changes]."), search(),
+                       text(private))
+    started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher)
+    try:
+        await slack.send(event_envelope(mention_event(HANA, "<@UBOT> what team changes are planned?")))
+        _, direct = await slack.replies(2)
+    finally:
+        await anext(started, None)
+    shown = direct.block_text
+    assert direct["channel"] == HANA and "<#C0GENERAL>" in shown
+    assert "*Plan*\n*Finance and facilities* merge" in shown and "**" not in shown and "##" not in shown
+    assert "<https://intranet.example.com/reorg|one team>" in shown and "](" not in shown
+    assert "&lt;Q3&gt; &amp; Q4" in shown  # never read as a link or markup

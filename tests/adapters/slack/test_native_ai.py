@@ -239,7 +239,7 @@ async def test_a_retry_after_the_stream_began_finishes_that_message_instead_of_s
 
     async with FakeSlackAPI(streaming=True) as slack, aiohttp.ClientSession() as session:
         streams = SlackStreams(await writer_for(slack, session), pace_s=0)
-        row = SimpleNamespace(id=7)
+        row = SimpleNamespace(id=7, last_error=None)
         first = Delivery(7, "k", None, save)
         slack.fail("chat.appendStream", "internal_error")  # and the fallback update fails too: the attempt fails
         slack.fail("chat.update", "internal_error")
