@@ -177,7 +177,8 @@ def handoff_card(run_id: str) -> Json:
 
 
 def notice_card(text: str) -> Json:
-    return card([text_block(text)])
+    """One sentence, shown as typed: a refused click's notice names people (display names are not Markdown)."""
+    return card([_literal_line(text)])
 
 
 def _handoff_button(run_id: str) -> Json:
@@ -198,7 +199,9 @@ def pending_card(action: PendingAction, requester_name: str = "") -> Json:
     data = {"pending_id": action.id, "args_hash": action.args_hash, "card_id": card_id(action.id)}
     body = _pending_body(action.text, action.arguments)
     who = requester_name or action.requester
-    body.append(text_block(f"Only {who} can confirm · expires {when(action.expires_at)}", isSubtle=True, size="Small"))
+    # TextRuns: the requester's display name is typed by a person, never read as Markdown
+    body.append(_literal_line(f"Only {who} can confirm · expires {when(action.expires_at)}", isSubtle=True,
+                              size="Small"))
     buttons = [execute("Confirm", CONFIRM, data, style="positive"), execute("Cancel", CANCEL, data)]
     return card(body, buttons)
 

@@ -403,13 +403,21 @@ class TeamsBot:
         await self.service.notice(address_of(activity, user), case.message, conversation_key=key, case_id=case.case_id)
 
     async def _failed(self, item: InboxRecord, error: str) -> None:
-        """Work that failed for good: the person hears it, with a reference to quote (best effort, direct)."""
+        """Work that failed for good: the person hears it, with a reference to quote (best effort, direct).
+
+        A message's run may have begun its chat's progress stream: the apology ends it, or Teams (one
+        stream a chat) keeps the progress line spinning and the next question's run would continue it.
+        """
         activity: Activity = item.payload.get("activity") or {}
         if item.kind == HANDOFF:
             _verb, data = _action_of(activity)
             text = cards.handoff_failure_text(str((data or {}).get("run_id") or item.id))
         else:
             text = cards.failure_text(item.id)
+        if item.kind == MESSAGE and conversation_type(activity) == "personal":
+            key = conversation_key(activity, user_of(activity, self.options.groups))
+            await self._streams.finish(key, reference_of(activity), cards.message(text))
+            return
         await self.connector.send(reference_of(activity), cards.message(text))
 
     async def _older_release(self, item: InboxRecord, activity: Activity) -> bool:

@@ -125,11 +125,27 @@ class TeamsStreams:
             return await self._connector.send(reference, final)
 
     async def finish(self, key: str, reference: Json, activity: Json) -> str:
-        """Post ``activity``; where this chat's run began a stream, as that stream's end (never left open)."""
+        """Post ``activity``; where this chat's run began a stream, as that stream's end (never left open).
+
+        As ``deliver``, but kept here (a card's row keeps its own progress): a final refused for now, or
+        that may have landed (no answer), is left for the outbox's retry from this process to end the
+        same stream; Teams then refusing it as ended means it was delivered. Posted beside the stream
+        instead, it would show twice or leave the progress line spinning. Only a stream Teams will not
+        continue has ``activity`` posted as a message.
+        """
         stream = self._open.pop(key, None) or Stream()
         try:
             return await self._end(stream, reference, activity)
         except RemoteError as exc:
+            if stream.id is None:  # a plain message: the outbox retries it as any other
+                raise
+            if exc.status == 403 and stream.unanswered:
+                log.info("teams stream %s in %s was ended by an earlier attempt; not posted again", stream.id, key)
+                return stream.id
+            if exc.retryable:
+                unanswered = stream.unanswered or exc.status is None
+                self._open.setdefault(key, replace(stream, unanswered=unanswered))  # for the retry
+                raise
             log.warning("teams stream %s in %s could not be ended (%s); posted as a message", stream.id, key, exc)
             return await self._connector.send(reference, activity)
 

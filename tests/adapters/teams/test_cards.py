@@ -165,6 +165,19 @@ def test_the_pending_card_shows_the_frozen_arguments_literally_never_as_markdown
     assert "FactSet" not in json.dumps(card)
 
 
+def test_the_requesters_name_and_a_refused_clicks_notice_are_shown_as_typed_never_as_markdown():
+    """A display name is typed by a person: in a TextBlock, Teams would render it as Markdown (a link, bold)."""
+    name = "**IT Service Desk** [verify here](https://evil.example/login)"
+    card = cards.pending_card(action(), name)
+    notice = cards.notice_card(f"Only {name} can confirm this.")
+    for built in (card, notice):
+        markdown_read = [b for b in built["body"] if b["type"] == "TextBlock"]
+        assert "evil.example" not in json.dumps(markdown_read)
+    shown = [run["text"] for b in card["body"] if b["type"] == "RichTextBlock" for run in b["inlines"]]
+    assert f"Only {name} can confirm · expires 2030-01-02 03:04 UTC" in shown
+    assert notice["body"][0]["inlines"] == [{"type": "TextRun", "text": f"Only {name} can confirm this."}]
+
+
 def test_the_pending_card_buttons_carry_ids_and_never_the_arguments():
     pending = action(category="hardware", summary="Laptop screen cracked", urgency="normal", details="Dropped it")
     card = cards.pending_card(pending, "Alice Example")

@@ -16,7 +16,13 @@ from adapters.teams.answers import MESSAGE_BYTES, activity_bytes, answer_activit
 from adapters.teams.app import SEND_RETRY
 from bot.types import Answer, Citation
 from retrieval import Passage
-from tests.adapters.teams.test_app import Teams, answer_citing_first_passage, conversation_key_of, running_teams
+from tests.adapters.teams.test_app import (
+    TICKET,
+    Teams,
+    answer_citing_first_passage,
+    conversation_key_of,
+    running_teams,
+)
 from tests.bot.helpers import OnePassage, eventually
 from tests.fakes.bot_connector import Recorded
 from tests.fakes.openai_server import FakeOpenAI, respond, text, tool_calls
@@ -245,3 +251,56 @@ async def test_a_final_message_refused_for_now_ends_the_same_stream_on_the_outbo
     teams.channel.refuse_next(503, times=refusals, retry_after="0")
     row, _answer = await the_one_streamed_answer(teams)
     assert row.attempts == 2 and [r.streamed for r in teams.channel.refusals] == [True] * refusals
+
+
+async def test_a_run_that_fails_for_good_ends_its_progress_stream_with_the_apology(
+    teams: Teams, monkeypatch: pytest.MonkeyPatch
+):
+    """The run's progress line is a stream, and Teams has one stream per chat: the apology for a run that failed
+    ends it (no progress line left spinning beside the apology), and the next question gets a stream of its own."""
+    teams.service.inbox.max_attempts = 1  # fail for good at once
+
+    async def broken(inbound: Any, cancel: Any = None, progress: Any = None) -> Any:
+        raise RuntimeError("database down")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(teams.service, "handle_message", broken)
+        await teams.post(teams.channel.personal_message("How many vacation days do I get?"))
+        apology = await teams.reply()
+        await teams.settle()
+    assert apology.text.startswith("Sorry, something went wrong")
+    (stream,) = teams.channel.streams.values()
+    assert stream.final is not None and stream.final["text"] == apology.text
+    assert (stream_info(apology) or {}).get("streamType") == "final"
+
+    teams.model.script(text("You get 25 days a year."))
+    await teams.post(teams.channel.personal_message("And now?"))
+    answer = await teams.reply(count=2)
+    await teams.settle()
+    assert answer.text == "You get 25 days a year."
+    assert len(teams.channel.streams) == 2 and all(s.final is not None for s in teams.channel.streams.values())
+
+
+@pytest.mark.parametrize("misbehaving", ["answer lost", "refused for now"])
+async def test_a_ticket_card_that_ends_the_progress_stream_is_posted_once_on_the_outboxs_retry(
+    teams: Teams, misbehaving: str
+):
+    """A card in a personal chat ends the stream the run's progress began. A final that Teams took without
+    saying so, or refused for longer than one attempt retries, is not posted again beside the stream as a
+    plain message (a second ticket card, or a progress line never ended): the outbox's retry ends that stream."""
+    teams.service.outbox.post_policy = replace(teams.service.outbox.post_policy, backoff_s=0.05)
+    if misbehaving == "answer lost":
+        teams.channel.lose_answer_next()
+    else:
+        teams.channel.refuse_next(503, times=SEND_RETRY.attempts, retry_after="0")
+    teams.model.script(tool_calls(("create_it_ticket", TICKET), content="I can raise a ticket for this."))
+    activity = teams.channel.personal_message("my VPN says NG-809, please open a ticket")
+    await teams.post(activity)
+    (row,) = await teams.delivered(conversation_key_of(activity))
+    await teams.settle()
+    (posted,) = teams.channel.messages()
+    (stream,) = teams.channel.streams.values()
+    assert (stream_info(posted) or {}).get("streamType") == "final" and stream.final is not None
+    assert posted.cards[0]["actions"][0]["verb"] == "confirm" and row.attempts == 2
+    (pending,) = await teams.service.store.pending.find("open")
+    assert pending.platform_message["activity_id"] == posted.id  # the card the person sees is the one clicks update
