@@ -46,7 +46,8 @@ _PROBLEM = re.compile(
     r"|keeps (?:crashing|disconnecting|freezing|dropping)|\bfrozen\b|need access|(?:don't|do not) have access"
     r"|\b(?:got |been )?(?:nicked|pinched)\b|\bclicked (?:a|on a|the) (?:\w+ )?link"
     r"|\b(?:didn'?t|did not|never) (?:trigger|request|ask for)\b|\bfake (?:login|sign-?in|site|page|website|email)"
-    r"|\b(?:typed|entered|gave away) my password",
+    r"|\b(?:typed|entered|gave away) my password"
+    r"|\b(?:cracked|smashed|shattered|spilled|spilt)\b|\b(?:is|went|gone|it's|its) dead\b",  # damage
     re.I,
 )
 _HYPOTHETICAL = re.compile(

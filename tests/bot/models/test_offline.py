@@ -217,6 +217,8 @@ async def test_search_errors_are_reported_honestly() -> None:
         ("Outlook keeps crashing", "software", "normal"),
         ("just got 5 MFA push notifications i didn't trigger??", "security_incident", "normal"),
         ("I typed my password into a fake login page, need a ticket", "security_incident", "normal"),
+        ("my laptop screen is cracked", "hardware", "normal"),  # damage is a problem too
+        ("spilt tea on my keyboard and now it's dead", "hardware", "normal"),
     ],
 )
 async def test_problem_report_proposes_a_ticket(message: str, category: str, urgency: str) -> None:

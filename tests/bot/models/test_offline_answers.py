@@ -231,3 +231,12 @@ async def test_a_cap_asks_for_a_figure_the_policy_calls_a_limit(offline: PolicyP
     outcome = await answer(offline, "is there a cap on taxi rides?")
 
     assert "€60" in outcome.text and headings(outcome) == ["Spending limits"]
+
+
+async def test_a_damaged_laptop_with_a_question_gets_the_answer_and_a_hardware_ticket(offline: PolicyPal) -> None:
+    # damage ("cracked", "spilled", "dead") is a problem to ticket as much as "broken" is
+    reply = await ask(offline, "my laptop screen is cracked, can I get a loaner while it's fixed?", thread="crack")
+
+    assert isinstance(reply.outcome, Pending)
+    assert reply.outcome.action.arguments["category"] == "hardware"
+    assert "[IT Equipment Policy › Looking after your equipment › Accidental damage]" in reply.outcome.text
