@@ -1,11 +1,13 @@
 """`policypal eval TASKS.jsonl`: score real runs of a task file, print the report, exit for CI.
 
-Exit 0, or 1 when ``--min-success`` is not met (or the index cannot be opened); 2 for a task file
-or an earlier report that cannot be used, before anything runs.
+Exit 0, or 1 when ``--min-success`` is not met, when every run ended in a model error (the model
+could not be reached, or refused the key: nothing was measured) or the index cannot be opened; 2 for
+a task file, an earlier report or a ``--json`` path that cannot be used, before anything runs.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +65,10 @@ async def run_eval(
     except ReportFileError as exc:
         err.write(f"policypal eval: --compare: {exc}\n")
         return 2
+    unwritable = _unwritable(options.json_out) if options.json_out is not None else ""
+    if unwritable:
+        err.write(f"policypal eval: --json {options.json_out}: {unwritable}\n")
+        return 2
     if searcher is None:
         from adapters.cli.console import ensure_sample_index
         from adapters.cli.data_home import make_data_home
@@ -84,10 +90,33 @@ async def run_eval(
     if options.json_out is not None:
         write_report(report, options.json_out)
         err.write(f"(report written to {options.json_out})\n")
-    return _exit_code(report["summary"]["success_rate"], options.min_success, err)
+    return _exit_code(report, options.min_success, err)
 
 
-def _exit_code(rate: float, minimum: float | None, err: TextIO) -> int:
+def _unwritable(path: Path) -> str:
+    """Why the report could not be written to ``path`` (checked first: a whole eval's report is not lost
+    to a typo at its end), or "". A missing folder is fine: writing the report makes it."""
+    if path.is_dir():
+        return "is a folder; name a file"
+    folder = next((parent for parent in path.absolute().parents if parent.exists()), None)
+    if folder is None or not folder.is_dir():
+        return f"{folder} is not a folder"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "cannot be written (permission denied)"
+    if not path.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot be written in {folder} (permission denied)"
+    return ""
+
+
+def _exit_code(report: dict[str, Any], minimum: float | None, err: TextIO) -> int:
+    runs, reasons = report["summary"]["runs"], report["reasons"]
+    if runs and reasons.get("model_error", 0) == runs:
+        err.write(
+            f"policypal eval: every run ({runs}) ended in a model error: the model could not be reached or "
+            "refused the request, so nothing was measured (see the reasons above)\n"
+        )
+        return 1
+    rate = report["summary"]["success_rate"]
     if minimum is not None and rate < minimum:
         err.write(f"policypal eval: success rate {rate:.1%} is below --min-success {minimum:.1%}\n")
         return 1

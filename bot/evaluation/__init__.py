@@ -4,7 +4,8 @@ what each run answered and did on the way; the report suggests budgets from what
 
 from bot.evaluation.checks import CheckResult, Observed, ToolUse, score
 from bot.evaluation.compare import compare
-from bot.evaluation.report import ReportFileError, build_report, load_report, write_report
+from bot.evaluation.earlier import ReportFileError, load_report
+from bot.evaluation.report import build_report, write_report
 from bot.evaluation.runner import DEFAULT_CONCURRENCY, EvalRun, TaskResult, run_tasks
 from bot.evaluation.tasks import Expect, Task, TaskFileError, TicketExpectation, load_tasks, parse_tasks
 from bot.evaluation.text import render_comparison, render_report

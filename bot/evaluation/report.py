@@ -24,6 +24,7 @@ from bot.evaluation.runner import EvalRun, TaskResult
 REPORT_VERSION = 1
 MARGIN = 0.25  # suggested budget = p95 of passing runs x (1 + MARGIN), rounded up
 METRICS = ("steps", "tokens", "cost_usd", "seconds")
+STATS = ("median", "p95")  # of each metric
 TOKEN_STEP = 1_000  # suggested token budgets round up to this
 COST_STEP = 0.001
 
@@ -139,20 +140,22 @@ def _task_json(result: TaskResult) -> dict[str, Any]:
     return data
 
 
-class ReportFileError(ValueError):
-    """An earlier report that cannot be compared with (missing, not JSON, not an eval report)."""
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    """An earlier ``--json`` report, checked for what ``compare`` reads."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportFileError(f"{path}: cannot read the report: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list) or "summary" not in data:
-        raise ReportFileError(f"{path}: not a `policypal eval --json` report (no summary and tasks)")
-    return data
-
-
 def write_report(report: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    """``report`` as strict JSON (an infinite budget is null: ``Infinity`` breaks other parsers) at ``path``.
+
+    Missing folders are made, as ``--json reports/nightly.json`` would otherwise fail after the whole run.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_finite(report), indent=2, ensure_ascii=False, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (a budget set to ``inf``) made None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

@@ -73,11 +73,13 @@ class Task:
 
 def load_tasks(path: Path) -> list[Task]:
     """Every task in ``path``; raises ``TaskFileError`` naming each bad line and key (nothing runs then)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    try:  # utf-8-sig: a BOM (PowerShell, Notepad) is not part of line 1
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFileError([f"{path}: cannot read the task file: {exc}"]) from None
-    tasks, problems = parse_tasks(lines, str(path))
+    # Only newlines end lines (read_text made \r\n and \r into \n): str.splitlines would also split at
+    # U+2028 and U+0085, which JSON allows raw inside a string, breaking a task and shifting line numbers.
+    tasks, problems = parse_tasks(text.split("\n"), str(path))
     if problems:
         raise TaskFileError(problems)
     if not tasks:
@@ -171,9 +173,28 @@ def _expect(value: Any, report: Report) -> Expect:
     if not isinstance(value, dict) or not value:
         report("expect: required, an object with at least one check (facts, cites, ticket, ...)")
         return Expect()
-    _unknown(value, EXPECT_KEYS, "expect.", report)
+    found: list[str] = []
+    note = _counted(report, found)
+    _unknown(value, EXPECT_KEYS, "expect.", note)
     if value.get("ticket") is not None and value.get("no_ticket") is True:
-        report("expect.no_ticket: contradicts expect.ticket (a ticket cannot be both wanted and unwanted)")
+        note("expect.no_ticket: contradicts expect.ticket (a ticket cannot be both wanted and unwanted)")
+    expect = _checks(value, note)
+    if expect == Expect() and not found:  # e.g. {"facts": []}: a task that passes whatever the run does
+        report("expect: sets no check (each one given is empty, false or null), so the task could never fail")
+    return expect
+
+
+def _counted(report: Report, found: list[str]) -> Report:
+    """``report``, also keeping each problem in ``found`` (so one typo is not also called "no check")."""
+
+    def note(problem: str) -> None:
+        found.append(problem)
+        report(problem)
+
+    return note
+
+
+def _checks(value: dict[str, Any], report: Report) -> Expect:
     return Expect(
         facts=_strings(value, "facts", report),
         no_facts=_strings(value, "no_facts", report),

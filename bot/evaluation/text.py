@@ -85,6 +85,8 @@ def render_comparison(comparison: dict[str, Any]) -> str:
         lines.append(f"  new tasks: {', '.join(comparison['new_tasks']) or 'none'}; "
                      f"no longer in the file: {', '.join(comparison['missing_tasks']) or 'none'}")
     lines.append(f"  success rate: {_rate(rate['old'])} -> {_rate(rate['new'])}{_points(rate['delta'])}")
+    if comparison["new_tasks"] or comparison["missing_tasks"]:
+        lines.append(_shared_line(comparison["shared"]))
     for scope, label in (("all", "all runs"), ("successful", "passing runs")):
         for metric, name in METRIC_LABELS.items():
             moved = comparison["metrics"][scope][metric]
@@ -96,6 +98,14 @@ def render_comparison(comparison: dict[str, Any]) -> str:
     lines.append("  reasons: " + (", ".join(
         f"{reason} {d['old']} -> {d['new']}" for reason, d in changed.items()) or "unchanged"))
     return "\n".join(lines) + "\n"
+
+
+def _shared_line(shared: dict[str, Any]) -> str:
+    """The success rate over the tasks both reports ran: the overall rates above compare different tasks."""
+    rate = shared["success_rate"]
+    over = (f"over the {shared['tasks']} tasks in both, success rate {_rate(rate['old'])} -> {_rate(rate['new'])}"
+            f"{_points(rate['delta'])}" if shared["tasks"] else "no task is in both")
+    return f"  the task sets differ: {over}; the rate above and the figures below cover different tasks"
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -10,9 +10,10 @@ import pytest
 
 from adapters.cli import main
 from adapters.cli.eval import EvalOptions, run_eval
+from bot.evaluation import load_tasks
 from tests.bot.evaluation.scripted import TASKS, SampleOrNothing, script
 from tests.bot.helpers import settings_for
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, error
 
 PASSING = 5 / 8  # of tests/bot/evaluation/tasks.jsonl with its scripted model
 
@@ -100,3 +101,36 @@ async def test_a_progress_bar_only_on_a_terminal(tmp_path, fake_openai, sample_i
     await evaluate(tmp_path, fake_openai, sample_index, err=terminal)
     assert piped == ""
     assert "8/8" in terminal.getvalue() and "failed=3" in terminal.getvalue()
+
+
+@pytest.mark.parametrize("target", ["folder", "under a file"])
+async def test_a_json_path_that_cannot_be_written_exits_2_before_anything_runs(
+    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: object, target: str
+):
+    # checked first: a whole eval's report is not lost to a typo in --json at its end
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    json_out = tmp_path / "reports" if target == "folder" else tmp_path / "notes.txt" / "report.json"
+    err = io.StringIO()
+
+    code = await run_eval(settings_for(tmp_path, fake_openai), EvalOptions(TASKS, json_out=json_out),
+                          searcher=SampleOrNothing(sample_index), out=io.StringIO(), err=err)  # type: ignore[arg-type]
+
+    assert code == 2 and f"--json {json_out}: " in err.getvalue()
+    assert fake_openai.events == []  # no task ran
+
+
+async def test_an_eval_whose_every_run_is_a_model_error_fails_even_without_min_success(
+    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: object
+):
+    # the model refused the key on every request: nothing was measured, so CI must not read it as green
+    runs = sum(len(task.turns) for task in load_tasks(TASKS))  # a conversation's every message is a run
+    fake_openai.script(*(error(401, "Incorrect API key provided") for _ in range(runs)))
+    out, err = io.StringIO(), io.StringIO()
+
+    code = await run_eval(settings_for(tmp_path, fake_openai), EvalOptions(TASKS),
+                          searcher=SampleOrNothing(sample_index), out=out, err=err)  # type: ignore[arg-type]
+
+    fake_openai.assert_script_consumed()
+    assert code == 1 and f"every run ({runs}) ended in a model error" in err.getvalue()
+    assert f"model_error {runs}" in out.getvalue()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,86 @@ def test_an_earlier_report_that_is_not_one_is_refused(tmp_path: Path):
     for name in ("bad.json", "other.json", "missing.json"):
         with pytest.raises(ReportFileError):
             load_report(tmp_path / name)
+
+
+def corrupted(report: dict[str, object], where: str, value: object) -> dict[str, object]:
+    """``report`` (a copy) with the value at the dotted path ``where`` replaced."""
+    copy = json.loads(json.dumps(report))
+    *parents, key = where.split(".")
+    node = copy
+    for name in parents:
+        node = node[int(name)] if isinstance(node, list) else node[name]
+    node[int(key) if isinstance(node, list) else key] = value
+    return copy  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "named"),
+    [
+        ("summary", 5, "summary"),
+        ("summary.success_rate", "high", "summary.success_rate"),
+        ("tasks.0", 5, "tasks[0]"),
+        ("tasks.0.id", ["a"], "tasks[0].id"),
+        ("tasks.0.passed", "yes", "tasks[0].passed"),
+        ("metrics", [], "metrics"),
+        ("metrics.all", [1], "metrics.all"),
+        ("metrics.all.steps", [2], "metrics.all.steps"),
+        ("metrics.successful.tokens.p95", "2", "metrics.successful.tokens.p95"),
+        ("reasons", {"answered": "many"}, "reasons"),
+    ],
+)
+def test_an_earlier_report_that_compare_could_not_read_is_refused_before_anything_runs(
+    tmp_path: Path, where: str, value: object, named: str
+):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(corrupted(build_report(eval_run(result("a", True))), where, value)))
+    expected = re.escape(f"{path}: not a `policypal eval --json` report: {named}: ")
+    with pytest.raises(ReportFileError, match=expected) as raised:
+        load_report(path)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_report_from_a_run_where_nothing_ran_or_passed_is_still_a_report_to_compare_with(tmp_path: Path):
+    path = tmp_path / "old.json"
+    errored = TaskResult(Task("x", ("q",)), (), error="RuntimeError: boom")
+    write_report(build_report(eval_run(errored)), path)
+    changes = compare(build_report(eval_run(result("x", True))), load_report(path))
+    assert changes["fail_to_pass"] == ["x"] and changes["metrics"]["all"]["steps"]["p95"]["old"] is None
+
+
+def test_the_json_report_is_strict_json_even_with_a_budget_set_to_infinity(tmp_path: Path):
+    unbounded = Budgets(max_steps=6, max_tokens=20_000, deadline_s=math.inf, max_cost_usd=None)
+    path = tmp_path / "report.json"
+    write_report(build_report(EvalRun((result("a", True),), "m", unbounded, 1.0)), path)
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    assert data["budgets"]["deadline_s"]["configured"] is None
+
+
+def test_the_json_report_is_written_into_a_folder_that_does_not_exist_yet(tmp_path: Path):
+    path = tmp_path / "reports" / "nightly" / "eval.json"
+    write_report(build_report(eval_run(result("a", True))), path)
+    assert load_report(path)["summary"]["passed"] == 1
+
+
+def test_compare_across_different_task_files_gives_the_success_rate_over_the_tasks_in_both():
+    old = build_report(eval_run(result("a", True), result("b", False), *(result(f"gone{n}", False) for n in range(8))))
+    new = build_report(eval_run(result("a", True), result("b", True), result("fresh", True)))
+
+    changes = compare(new, old)
+
+    assert changes["success_rate"] == {"old": 0.1, "new": 1.0, "delta": 0.9}  # mostly different tasks
+    assert changes["shared"] == {"tasks": 2, "success_rate": {"old": 0.5, "new": 1.0, "delta": 0.5}}
+    text = render_comparison(changes)
+    assert ("  the task sets differ: over the 2 tasks in both, success rate 50.0% -> 100.0% (+50.0 points); "
+            "the rate above and the figures below cover different tasks\n") in text
+
+
+def test_compare_of_the_same_tasks_says_nothing_of_task_sets():
+    old = build_report(eval_run(result("a", True), result("b", False)))
+    changes = compare(build_report(eval_run(result("a", True), result("b", True))), old)
+    assert changes["shared"] == {"tasks": 2, "success_rate": changes["success_rate"]}
+    assert "task sets differ" not in render_comparison(changes)

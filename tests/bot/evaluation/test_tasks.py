@@ -87,3 +87,35 @@ def test_a_missing_or_empty_file_is_a_task_file_error(tmp_path: Path):
 
 def test_the_example_task_file_of_the_tests_is_valid():
     assert len(load_tasks(TASKS)) == 8
+
+
+@pytest.mark.parametrize(
+    "expect",
+    [{"facts": []}, {"no_ticket": False}, {"not_covered": None}, {"ticket": None, "cites": []}],
+)
+def test_an_expect_that_sets_no_check_is_refused_for_it_could_never_fail(expect: dict[str, object]):
+    _, problems = parse_tasks([line(id="t", ask="q", expect=expect)], "tasks.jsonl")
+    assert [p for p in problems if "sets no check" in p] == [
+        "tasks.jsonl line 1: expect: sets no check (each one given is empty, false or null), so the task "
+        "could never fail"
+    ]
+
+
+def test_a_badly_written_check_is_named_once_not_also_as_no_check():
+    _, problems = parse_tasks([line(id="t", ask="q", expect={"facts": "14"})], "tasks.jsonl")
+    assert problems == ["tasks.jsonl line 1: expect.facts: must be a list of non-empty strings"]
+
+
+def test_only_a_newline_ends_a_task_line_not_a_unicode_line_separator_inside_a_string(tmp_path: Path):
+    path = tmp_path / "tasks.jsonl"
+    asks = ["first line\u2028second line", "pasted\x85text"]  # valid raw inside JSON strings
+    path.write_text("".join(json.dumps({"id": f"t{n}", "ask": a, "expect": {"facts": ["x"]}}, ensure_ascii=False)
+                            + "\r\n" for n, a in enumerate(asks)), encoding="utf-8")
+    tasks = load_tasks(path)
+    assert [(t.turns, t.line) for t in tasks] == [((asks[0],), 1), ((asks[1],), 2)]
+
+
+def test_a_task_file_saved_with_a_byte_order_mark_loads(tmp_path: Path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(line(id="t", ask="q", expect={"facts": ["x"]}) + "\n", encoding="utf-8-sig")
+    assert [t.id for t in load_tasks(path)] == ["t"]
