@@ -31,7 +31,7 @@ from bot.agent.decided import DecidedWrite
 from bot.agent.pricing import Price
 from bot.agent.progress import READING, Progress, activity, tell
 from bot.agent.state import PendingTurn, RunState, cited_in
-from bot.agent.tools import ToolRegistry
+from bot.agent.tools import ToolRegistry, history_arguments
 from bot.agent.trace import RunTrace, Step, Stopwatch
 from bot.agent.turn import ProposedWrite, TurnLimits, run_turn
 from bot.errors import ModelError, ModelTimeout
@@ -143,7 +143,7 @@ async def _loop(
             return _give_up(state, trace, reply)
         if first_after_decision and decided is not None and (no_answer := _no_answer(reply)) is not None:
             return _answer_from_result(state, trace, decided, no_answer)  # the ticket exists: say so
-        state.messages.append(reply.as_message())
+        state.messages.append(_assistant_message(reply))
         if not reply.tool_calls:
             return _final(state, trace, reply, after_decision=decided is not None)
         await tell(deps.progress, activity(reply.tool_calls, deps.tools), within=budget.time_left())
@@ -222,6 +222,9 @@ async def _unless_cancelled(
     stopper = asyncio.ensure_future(cancel.wait())
     try:
         done, _ = await asyncio.wait({task, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this run's task was cancelled: hang up rather than leave the call running
+        task.cancel()
+        raise
     finally:
         stopper.cancel()
     if task in done:
@@ -264,6 +267,14 @@ async def _compact(
         return  # folding into nothing would drop every result in the middle; keep the history as it is
     state.messages = apply_compaction(plan, reply.text or "")
     trace.add(_call_step("compaction", deps, reply, watch, cost, text=f"folded {len(plan.middle)} messages"))
+
+
+def _assistant_message(reply: ModelReply) -> Message:
+    """The reply as the history keeps it, every call's arguments a JSON object (``history_arguments``)."""
+    message = reply.as_message()
+    for call in message.get("tool_calls") or ():
+        call["function"]["arguments"] = history_arguments(call["function"]["arguments"])
+    return message
 
 
 def _tool_messages(reply: ModelReply, results: dict[str, str]) -> list[Message]:

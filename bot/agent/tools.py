@@ -15,7 +15,7 @@ from typing import Any
 import fastjsonschema
 from jsonschema import Draft202012Validator
 
-from bot.agent.canonical import canonical_json
+from bot.agent.canonical import canonical_json, to_json
 from bot.errors import ToolRefusal
 from bot.types import UserRef
 from bot.unicode_text import is_utf8
@@ -109,13 +109,11 @@ class ToolRegistry:
         """Resolve the tool and decode its arguments, refusing what the model should correct."""
         tool = self.get(name)
         try:
-            arguments = _loads(raw_arguments or "{}")
+            arguments = _decode(raw_arguments)
         except json.JSONDecodeError as exc:
             raise ToolRefusal(f"Arguments for {name} are not valid JSON ({exc.msg} at char {exc.pos}).") from None
         except (RecursionError, ValueError):  # nesting past the parser's limit, a number too long to convert
             raise ToolRefusal(f"Arguments for {name} are nested too deeply or hold a value too large.") from None
-        if isinstance(arguments, str):
-            arguments = _unwrap(arguments)
         if not isinstance(arguments, dict):
             raise ToolRefusal(f"Arguments for {name} must be a JSON object.")
         return tool, arguments
@@ -139,6 +137,33 @@ class ToolRegistry:
                 f"Not permitted: {tool.name} is not available to this user.",
                 denied_write=tool.consequence == Consequence.WRITE,
             )
+
+
+def history_arguments(raw_arguments: str) -> str:
+    """The arguments a call is sent back with in the history: always the text of a JSON object.
+
+    Ollama decodes every earlier call's arguments and answers 400 when they are no object (as do
+    proxies translating the history for another provider), so a call refused for its arguments would
+    make every later request fail. Text that already is an object goes back verbatim; what decoding
+    repaired (a raw newline, a second encoding) goes back repaired; anything else as ``{}``: the
+    call's observation tells the model what was wrong.
+    """
+    try:
+        if isinstance(json.loads(raw_arguments), dict):
+            return raw_arguments
+    except (RecursionError, ValueError):  # JSONDecodeError is a ValueError
+        pass
+    try:
+        arguments = _decode(raw_arguments)
+        return to_json(arguments) if isinstance(arguments, dict) else "{}"
+    except (RecursionError, ValueError):
+        return "{}"
+
+
+def _decode(raw_arguments: str) -> Any:
+    """Decoded arguments: empty text is no arguments, and a second encoding is undone."""
+    arguments = _loads(raw_arguments or "{}")
+    return _unwrap(arguments) if isinstance(arguments, str) else arguments
 
 
 def _loads(text: str) -> Any:

@@ -121,7 +121,12 @@ async def _all_within(
     if not runs:
         return []
     tasks = [asyncio.ensure_future(run) for run in runs]
-    await _until_done_or_cancelled(tasks, timeout_s, cancel)
+    try:
+        await _until_done_or_cancelled(tasks, timeout_s, cancel)
+    except BaseException:  # the run's own task was cancelled: nobody is left to wait for the calls
+        for task in tasks:
+            task.cancel()
+        raise
     cancelled = cancel is not None and cancel.is_set()
     contents = []
     for task, step, item in zip(tasks, steps, ready, strict=True):
@@ -205,23 +210,38 @@ def _held_back(tool: Tool, limits: TurnLimits, state: RunState, turn: TurnResult
 
 async def _execute(ready: _Ready, step: Step, context: ToolContext, state: RunState, limits: TurnLimits) -> str:
     watch = Stopwatch()
-    result_chars = limits.result_chars
     try:
         result = await ready.tool.handler(ready.arguments, context)
-        content = bounded_json(result, result_chars)
+        content = bounded_json(result, limits.result_chars)
         _collect_sources(result, state)
         if ready.tool.name == limits.search_tool and not _passages(result):
             state.empty_searches += 1
+    except asyncio.CancelledError as exc:
+        if _stopped_by_the_run():
+            raise
+        content = _failed(ready, step, state, limits, exc)  # an await of its own was cancelled by someone else
     except Exception as exc:  # a failing tool is an observation, never the end of the run
-        log.exception("tool %s raised", ready.tool.name)
-        if ready.tool.name == limits.search_tool:
-            state.failed_searches += 1
-        content = _cap(_error(f"{ready.tool.name} failed: {type(exc).__name__}: {exc}"), result_chars)
-        step.error = f"{type(exc).__name__}: {exc}"[:PREVIEW_CHARS]
+        content = _failed(ready, step, state, limits, exc)
     step.latency_ms = watch.ms()
     step.result_chars = len(content)
     step.text = content[:PREVIEW_CHARS]
     return content
+
+
+def _stopped_by_the_run() -> bool:
+    """Whether the cancel now unwinding this tool's task is the run's (deadline, Stop, shutdown)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _failed(ready: _Ready, step: Step, state: RunState, limits: TurnLimits, exc: BaseException) -> str:
+    """The observation of a tool that raised; the step records why."""
+    log.exception("tool %s raised", ready.tool.name, exc_info=exc)
+    if ready.tool.name == limits.search_tool:
+        state.failed_searches += 1
+    why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    step.error = why[:PREVIEW_CHARS]
+    return _cap(_error(f"{ready.tool.name} failed: {why}"), limits.result_chars)
 
 
 async def execute_confirmed(tool: Tool, arguments: dict[str, Any], context: ToolContext) -> tuple[bool, dict[str, Any]]:
