@@ -3,9 +3,11 @@
 Each point carries its document's content hash, the chunking settings, the chunk count and the root
 it was indexed from, so one scroll of those payload fields tells which documents are unchanged
 (nothing to chunk or embed), changed (replaced in place, surplus chunks deleted), new, or gone.
+A document a stopped or interrupted run left short embeds only the chunks it lacks.
 "Gone" is scoped to the roots of the current run: ``index a/`` and then ``index b/`` keeps a's
 documents. A document id already owned by another root that still exists is reported as a failure
-rather than silently moved.
+rather than silently moved. One file is one document: indexed under another id from another root
+before (the file alone, then its folder), that other id is removed once this root's copy is written.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class _Pending:
     doc: Document
     replacing: bool
     chunks: list[Chunk] = field(default_factory=list)
+    written: frozenset[int] = frozenset()  # positions an interrupted run already stored for this very version
+    expected: int = -1  # how many chunks that run stored it as (a different count: nothing is reused)
 
 
 class Indexer:
@@ -114,12 +118,14 @@ class Indexer:
         started = time.perf_counter()
         stored = self._context.stored_docs() if stored is None else stored
         report = IndexReport()
-        pending = self._plan(documents, root, stored, report)
+        taken = _taken_over(documents, root, stored)
+        pending = self._plan(documents, root, stored, report, taken)
         self._write(pending, root, report, progress)
         for item in pending:
             count = len(item.chunks)
             stored[item.doc.doc_id] = StoredDoc(root, item.doc.content_hash, self._chunking, count, count,
                                                 item.doc.file)
+        self._delete_docs(sorted(taken - {item.doc.doc_id for item in pending}), stored, report)
         if removes:
             present = {d.doc_id for d in documents} | protected
             self._remove_missing(root, present, protected_files, stored, report)
@@ -138,15 +144,22 @@ class Indexer:
         return min(self._context.cfg.chunk_max_tokens, self._context.embedder.max_input_tokens)
 
     def _plan(
-        self, documents: Sequence[Document], root: str, stored: dict[str, StoredDoc], report: IndexReport
+        self,
+        documents: Sequence[Document],
+        root: str,
+        stored: dict[str, StoredDoc],
+        report: IndexReport,
+        taken: set[str],
     ) -> list[_Pending]:
         pending = []
         for doc in documents:
             old = stored.get(doc.doc_id)
-            if old is not None and old.root != root and not _moved_here(old, doc):
+            if old is not None and old.root != root and doc.doc_id not in taken and not _moved_here(old, doc):
                 report.failures.append(LoadFailure(Path(doc.file or doc.source), _conflict(doc.doc_id, old.root)))
             elif old is not None and self._is_current(old, doc, root):
                 report.unchanged.append(doc.doc_id)
+            elif old is not None and self._is_cut_short(old, doc, root):
+                pending.append(_Pending(doc, True, written=frozenset(old.positions), expected=old.chunk_count))
             else:
                 pending.append(_Pending(doc, replacing=old is not None))
         return pending
@@ -156,13 +169,18 @@ class Indexer:
         same = old.root == root and old.content_hash == doc.content_hash and old.chunking == self._chunking
         return same and old.complete
 
+    def _is_cut_short(self, old: StoredDoc, doc: Document, root: str) -> bool:
+        """This very version, partly stored by a run that stopped: its stored chunks can stay."""
+        same = old.root == root and old.content_hash == doc.content_hash and old.chunking == self._chunking
+        return same and old.file == doc.file and not old.mixed and old.points < old.chunk_count
+
     def _write(self, pending: list[_Pending], root: str, report: IndexReport, progress: bool) -> None:
         if not pending:
             return
         from tqdm import tqdm  # only a run that embeds pays its import
 
         self._chunk(pending, report)
-        points = [(item, chunk) for item in pending for chunk in item.chunks]
+        points = [(item, chunk) for item in pending for chunk in item.chunks if not _stored(item, chunk)]
         # Similar lengths per batch: less padding, so faster embedding and a smaller ONNX peak.
         points.sort(key=lambda pair: len(pair[1].text))
         embedder = self._context.embedder
@@ -253,6 +271,30 @@ class Indexer:
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), max(1, size)):
         yield items[start : start + size]
+
+
+def _stored(item: _Pending, chunk: Chunk) -> bool:
+    """Whether a run that stopped already stored this chunk (same version, chunked the same way)."""
+    return len(item.chunks) == item.expected and chunk.position in item.written
+
+
+def _taken_over(documents: Sequence[Document], root: str, stored: dict[str, StoredDoc]) -> set[str]:
+    """Ids stored from another root for a file that this root now indexes under another id.
+
+    `index docs/sub/a.md` (id "a.md") then `index docs` (id "sub/a.md"): without this the file stays
+    indexed twice, "a.md" outlives the file, and docs/a.md conflicts with an id its own folder holds.
+    Not taken when the new id is itself owned elsewhere: that document fails as a conflict instead.
+    """
+    by_file = {doc.file: doc for doc in documents if doc.file}
+    taken = set()
+    for doc_id, old in stored.items():
+        doc = by_file.get(old.file) if old.file and old.root != root else None
+        if doc is None or doc.doc_id == doc_id:
+            continue
+        holder = stored.get(doc.doc_id)
+        if holder is None or holder.root == root or _moved_here(holder, doc):
+            taken.add(doc_id)
+    return taken
 
 
 def _moved_here(old: StoredDoc, doc: Document) -> bool:

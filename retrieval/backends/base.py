@@ -23,7 +23,9 @@ SCROLL_PAGE = 2_000
 # uuid5 namespace for point ids: the same document chunk always gets the same id.
 POINT_NAMESPACE = uuid.UUID("5b2f3c1e-8d0a-4f61-9a57-0c6a1f3e2b84")
 KEYWORD_FIELDS = ("doc_id", "root", "section", "audience")
-STORED_DOC_FIELDS = ["doc_id", "root", "content_hash", "chunking", "chunk_count", "file", "section", "audience"]
+STORED_DOC_FIELDS = [
+    "doc_id", "root", "content_hash", "chunking", "chunk_count", "file", "section", "audience", "position",
+]
 RANKING_FIELDS = ["doc_id", "heading"]  # what a ranking carries; the passages shown are fetched whole
 
 
@@ -68,6 +70,7 @@ class StoredDoc:
     section: str | None = None
     mixed: bool = False  # its points come from more than one version of it
     audience: tuple[str, ...] = ()  # empty: everyone may read it
+    positions: set[int] = field(default_factory=set)  # chunk positions stored: a run cut short resumes from them
 
     @property
     def complete(self) -> bool:
@@ -146,6 +149,7 @@ def collect_stored_docs(payloads: Sequence[dict[str, Any]], into: dict[str, Stor
         elif _version(payload) != (stored.content_hash, stored.chunking, stored.chunk_count):
             stored.mixed = True  # a replacement cut short: as many points as before, some still old
         stored.points += 1
+        stored.positions.add(int(payload.get("position", -1)))
 
 
 def _version(payload: dict[str, Any]) -> tuple[str, str, int]:

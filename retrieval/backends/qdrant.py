@@ -1,7 +1,9 @@
 """A Qdrant server (POLICYPAL_QDRANT_URL) through qdrant-client: the backend many replicas share.
 
-The model and dimension live in the collection's metadata. Tests drive this same class with
-qdrant-client's local mode (``QdrantClient(location=":memory:")``), which speaks the server's API.
+The model and dimension live in the collection's metadata; a collection without it (another tool's,
+on a shared server) is used only when empty and shaped as PolicyPal makes it, never stamped and mixed.
+Tests drive this same class with qdrant-client's local mode (``QdrantClient(location=":memory:")``),
+which speaks the server's API.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from retrieval.backends.base import (
     collect_stored_docs,
 )
 from retrieval.embedding import Vectors
-from retrieval.errors import IndexMissingError, PolicyIndexError
+from retrieval.errors import IndexMismatchError, IndexMissingError, PolicyIndexError
 from retrieval.types import SearchFilter
 
 META_KEY = "policypal"
@@ -60,8 +62,13 @@ class QdrantBackend:
     def read_meta(self) -> IndexMeta | None:
         if not self._client.collection_exists(self._collection):
             return None
-        metadata = self._client.get_collection(self._collection).config.metadata or {}
-        return IndexMeta.from_dict(metadata[META_KEY]) if META_KEY in metadata else None
+        config = self._client.get_collection(self._collection).config
+        metadata = config.metadata or {}
+        if META_KEY in metadata:
+            return IndexMeta.from_dict(metadata[META_KEY])
+        if self._dense_size(config) is None or self.count():
+            raise self._foreign()
+        return None
 
     def create(self, meta: IndexMeta) -> None:
         if not self._client.collection_exists(self._collection):
@@ -72,7 +79,9 @@ class QdrantBackend:
                 metadata={META_KEY: meta.as_dict()},
             )
             self._create_payload_indexes()
-        else:
+        else:  # empty and shaped as ours (read_meta checked): adopted if its dimension fits
+            if self._dense_size(self._client.get_collection(self._collection).config) != meta.dimension:
+                raise self._foreign()
             self._client.update_collection(self._collection, metadata={META_KEY: meta.as_dict()})
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
@@ -119,6 +128,21 @@ class QdrantBackend:
 
     def close(self) -> None:
         self._client.close()
+
+    @staticmethod
+    def _dense_size(config: models.CollectionConfig) -> int | None:
+        """The size of our dense vector when the collection has PolicyPal's two vectors, else None."""
+        vectors, sparse = config.params.vectors, config.params.sparse_vectors or {}
+        dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
+        if dense is None or dense.distance != models.Distance.COSINE or SPARSE not in sparse:
+            return None
+        return dense.size
+
+    def _foreign(self) -> IndexMismatchError:
+        return IndexMismatchError(
+            f"The collection {self._collection!r} at {self.location} was not made by `policypal index` (it has no "
+            "PolicyPal metadata, and points or vectors of another shape): set POLICYPAL_COLLECTION to another name."
+        )
 
     def _create_payload_indexes(self) -> None:
         for name in KEYWORD_FIELDS:

@@ -185,6 +185,47 @@ def test_indexing_asked_to_stop_ends_between_batches_and_the_next_run_finishes_i
     assert any("30 April" in t for t in texts) and not any("31 March" in t for t in texts)
 
 
+class StoppingLater(Embedder):
+    """The shared model, one passage per batch, asking the index to stop after ``batches`` batches."""
+
+    def __init__(self, inner: Embedder, stop, batches: int) -> None:  # type: ignore[no-untyped-def]
+        self.__dict__.update(inner.__dict__)
+        self.batch_size = 1
+        self._stop, self._left = stop, batches
+
+    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+        vectors = super().embed_documents(texts)
+        self._left -= 1
+        if self._left <= 0:
+            self._stop()
+        return vectors
+
+
+def test_a_rerun_after_an_interrupted_run_embeds_only_the_passages_it_did_not_write(
+    open_index: OpenIndex, corpus: list[Document], embedder: Embedder
+) -> None:
+    # The stop message says what was written is kept, but the next run embedded every passage of a
+    # document cut short again: Ctrl-C at 90% of a large folder cost the whole run.
+    index = open_index()
+    index.embedder = StoppingLater(index.embedder, index.stop_writes, batches=6)
+    with pytest.raises(IndexingStopped):
+        index.index_documents(corpus, root=ROOT_A)
+    written = index.count()
+    stored = index._context.stored_docs()
+    assert any(0 < doc.points < doc.chunk_count for doc in stored.values())  # a document cut short
+
+    index = open_index()
+    counting = CountingEmbedder(embedder)
+    index.embedder = counting
+    report = index.index_documents(corpus, root=ROOT_A)
+
+    assert len(counting.embedded) == report.chunks_embedded == index.count() - written
+    assert all(doc.complete for doc in index._context.stored_docs().values())
+    assert index.index_documents(corpus, root=ROOT_A).chunks_embedded == 0
+    texts = [hit.payload["text"] for hit in index.retrieve("when do carried over days expire", k=10).fused]
+    assert any("31 March" in t for t in texts)
+
+
 def test_a_stopped_run_says_how_many_passages_it_wrote_without_a_progress_bar(
     open_index: OpenIndex, corpus: list[Document]
 ) -> None:

@@ -199,3 +199,38 @@ def test_a_file_with_only_headings_says_why_nothing_was_indexed(
 
     assert code == 1
     assert f"note: {stub}: skipped: only headings, no body text" in err and "No documents to index" in err
+
+
+def test_a_file_indexed_alone_then_with_its_folder_is_one_document_and_goes_when_deleted(
+    data_dir: Path, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `index docs/sub/travel.md` then `index docs` kept both "travel.md" and "sub/travel.md" for one file:
+    # every passage twice, and once the file was deleted, "travel.md" stayed searchable for good.
+    travel = write(docs / "sub" / "travel.md", TRAVEL)
+    assert run_cli(capsys, "index", str(travel))[0] == 0
+
+    code, out, err = run_cli(capsys, "index", str(docs))
+
+    assert code == 0, err
+    assert "added (3): leave.md, sub/travel.md, vpn.md" in out and "removed (1): travel.md" in out
+    travel.unlink()
+    assert run_cli(capsys, "index", str(docs))[0] == 0
+    assert "Travel" not in found(capsys, "how far ahead must I book a train through the travel desk")
+
+
+def test_a_folder_takes_over_its_file_indexed_from_a_subfolder_and_indexes_its_namesake(
+    data_dir: Path, docs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `index docs/sub` then `index docs`: docs/travel.md failed as "already indexed from docs/sub", though
+    # the file holding that id is in docs too (as sub/travel.md): a policy missing from every answer.
+    write(docs / "sub" / "travel.md", TRAVEL)
+    write(docs / "travel.md", "# Per diem\n\n## Meals abroad\n\nThe per diem for meals abroad is 45 euros a day.\n")
+    assert run_cli(capsys, "index", str(docs / "sub"))[0] == 0
+
+    code, out, err = run_cli(capsys, "index", str(docs))
+
+    assert code == 0, err
+    assert "Per diem" in found(capsys, "what is the per diem for meals abroad")
+    assert "Travel" in found(capsys, "how far ahead must I book a train through the travel desk")
+    code, out, err = run_cli(capsys, "index", str(docs))
+    assert code == 0 and "(0 chunks embedded" in out, err
