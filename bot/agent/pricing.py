@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from bot.errors import UnknownPrice
 
@@ -44,7 +46,7 @@ class PriceTable:
             return cls()
         try:
             raw = json.loads(text)
-            return cls({name: Price(float(pair[0]), float(pair[1])) for name, pair in raw.items()})
+            return cls({str(name): _price(pair) for name, pair in raw.items()})
         except (ValueError, TypeError, IndexError, AttributeError) as exc:
             raise ValueError(
                 'POLICYPAL_MODEL_PRICES must be JSON like {"my-model": [0.5, 1.5]} '
@@ -67,3 +69,14 @@ class PriceTable:
                 "(use [0, 0] for a self-hosted model): the dollar cap cannot be checked without a price."
             )
         return price
+
+
+def _price(pair: Any) -> Price:
+    """Two finite, non-negative numbers: a NaN price makes every cost NaN, which no cap ever stops
+    (``NaN > cap`` is false), and a negative one lets each call raise the run's remaining allowance."""
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise ValueError(f"{pair!r} is not a pair [input, output]")
+    values = [float(value) for value in pair if not isinstance(value, bool)]
+    if len(values) != 2 or not all(math.isfinite(value) and value >= 0 for value in values):
+        raise ValueError(f"{pair!r}: prices are two numbers, each 0 or more")
+    return Price(values[0], values[1])

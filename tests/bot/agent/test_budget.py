@@ -71,9 +71,21 @@ def test_unknown_model_price_fails_closed_with_a_fix_in_the_message():
         PriceTable().require("mystery-model")
 
 
-def test_malformed_price_json_is_a_clear_error():
+@pytest.mark.parametrize(
+    "prices",
+    [
+        '{"x": 3}',
+        '{"x": [NaN, 1]}',  # NaN cost is never over a cap: the dollar budget would be silently off
+        '{"x": [0.5, Infinity]}',
+        '{"x": [-1, 2]}',  # a negative cost would give a run more allowance with every call
+        '{"x": [1, 2, 3]}',
+        '{"x": [true, 1]}',
+        '["x", 1, 2]',
+    ],
+)
+def test_malformed_price_json_is_a_clear_error(prices: str):
     with pytest.raises(ValueError, match="POLICYPAL_MODEL_PRICES must be JSON"):
-        PriceTable.from_json('{"x": 3}')
+        PriceTable.from_json(prices)
 
 
 def test_a_japanese_request_is_estimated_near_a_token_a_character_as_tokenizers_count_it():
