@@ -41,7 +41,8 @@ _TICKET_REQUEST = re.compile(
 _PROBLEM = re.compile(
     r"not working|n't work|does not work|do not work|stopped working|won't (?:start|boot|turn on|connect|load"
     r"|open|charge|print)|\bbroken\b|\bbroke\b|\b(?:can't|cant|cannot|unable to) (?:log ?in|sign ?in|connect"
-    r"|access|open|print|get into)|\berror\b|\bcrash|lost my|\bstolen\b|locked out|forgot my password"
+    r"|access|open|print|get into)|\berror\b|\bcrash|lost my|\bi(?:'ve| have)? lost\b|\bstolen\b|locked out"
+    r"|forgot my password"
     r"|reset my password|\bhacked\b|phishing|ransomware|\bbreach\b|\bvirus\b|malware|no internet"
     r"|keeps (?:crashing|disconnecting|freezing|dropping)|\bfrozen\b|need access|(?:don't|do not) have access"
     r"|\b(?:got |been )?(?:nicked|pinched)\b|\bclicked (?:a|on a|the) (?:\w+ )?link"

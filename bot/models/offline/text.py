@@ -66,6 +66,7 @@ _CHAT_WORDS = {
     "govt": "government",
     "heads up": "notice",
     "heads-up": "notice",
+    "chatgpt": "ChatGPT (a public AI chatbot)",  # what most people call any AI chat tool; policies say "AI tools"
 }
 # A shorthand stands alone: "u" in "U.S.", "r" in "R&D" and "w/" in "a/w/b" are parts of names.
 _CHAT_WORD = re.compile(

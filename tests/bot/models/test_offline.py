@@ -219,6 +219,7 @@ async def test_search_errors_are_reported_honestly() -> None:
         ("I typed my password into a fake login page, need a ticket", "security_incident", "normal"),
         ("my laptop screen is cracked", "hardware", "normal"),  # damage is a problem too
         ("spilt tea on my keyboard and now it's dead", "hardware", "normal"),
+        ("my mfa app is on my old phone which i lost", "accounts_passwords", "normal"),  # "i lost", not "lost my"
     ],
 )
 async def test_problem_report_proposes_a_ticket(message: str, category: str, urgency: str) -> None:

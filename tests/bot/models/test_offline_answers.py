@@ -240,3 +240,12 @@ async def test_a_damaged_laptop_with_a_question_gets_the_answer_and_a_hardware_t
     assert isinstance(reply.outcome, Pending)
     assert reply.outcome.action.arguments["category"] == "hardware"
     assert "[IT Equipment Policy › Looking after your equipment › Accidental damage]" in reply.outcome.text
+
+
+async def test_chatgpt_is_asked_as_the_ai_tool_it_is(offline: PolicyPal) -> None:
+    # the policies say "AI tools" and "public chatbots"; people say "ChatGPT", which the bundled model
+    # reads as chat: searched as written, it finds the email and chat rules
+    result = await answer(offline, "can i use chatgpt for work stuff?", thread="ai")
+
+    assert "[Acceptable Use Policy › Generative AI tools]" in result.text
+    assert "Northwind Assistant" in result.text
