@@ -13,7 +13,9 @@ If the process dies, or the work fails (the database went away mid-run), the ite
 so does one whose work never began because the process is stopping (``LeftForLater``: a message
 still queued for a slot when the shutdown grace period ran out), without counting as an attempt.
 The sweeper hands it (``recover``) to a live process with the next epoch, which does the work again;
-after ``max_attempts`` the item fails and its handler tells the person (``on_failure``). A failure
+after ``max_attempts`` the item fails and its handler tells the person (``on_failure``). That holds for
+attempts that never ended too (work that kills its process each time): an item taken over with its
+attempts used up is failed and told without being run again, so it cannot crash-loop every replica. A failure
 that is the platform's for now (a retryable ``RemoteError``: users.info answering internal_error
 during a Slack incident) does not count: it is retried at every sweep for ``retry_window`` after the
 item arrived, so an outage of minutes delays answers instead of turning them into apologies.
@@ -43,6 +45,7 @@ MAX_ATTEMPTS = 3
 RECENT_IDS = 10_000  # ids written here, remembered so their redeliveries are answered without a query
 KEEP = timedelta(days=1)  # platforms stop redelivering within minutes; a day covers a long outage
 RETRY_WINDOW = timedelta(minutes=15)  # a platform refusing for now: retried this long, then the person is told
+WAITING = "waiting for the platform: "  # the note an attempt that ended on a platform's refusal leaves
 
 
 @dataclass
@@ -188,12 +191,24 @@ class Inbox:
             if waiting:
                 log.warning("inbox: %s (attempt %d) waits for the platform (%s); retried at the next sweep",
                             record.id, record.attempts, exc)
+                await self._note_waiting(record, exc)
             else:
                 log.exception("inbox: %s (attempt %d) failed; it will be retried", record.id, record.attempts)
             if record.attempts >= self.max_attempts and not waiting:
                 await self._give_up(record, kind, f"{type(exc).__name__}: {exc}", lease)
         finally:
             _CURRENT.reset(token)
+
+    async def _note_waiting(self, record: InboxRecord, exc: Exception) -> None:
+        """Mark the attempt as one that ended (not one that died): it does not use up the item's attempts."""
+        try:
+            await self.store.inbox.note(record.id, record.epoch, f"{WAITING}{exc}"[:1000])
+        except Exception:
+            log.exception("inbox: could not note that %s waits for the platform", record.id)
+
+    def _exhausted(self, item: InboxRecord) -> bool:
+        """Its attempts are used up and the last did not end waiting for the platform: its process died."""
+        return item.attempts >= self.max_attempts and not (item.last_error or "").startswith(WAITING)
 
     def _platform_refusing(self, exc: Exception, record: InboxRecord) -> bool:
         """A failure the platform will stop causing (rate limit, 5xx, unreachable), within the retry window."""
@@ -218,9 +233,29 @@ class Inbox:
                 item.id, item.platform, item.kind, item.payload, item.received_at, "leased", self.owner, epoch,
                 item.attempts + 1, None, None,
             )
-            self.start(taken)
+            if self._exhausted(item):
+                self._retire(taken, f"gave up after {item.attempts} attempts: each ended without an outcome "
+                                    "(the process working on it stopped)")
+            else:
+                self.start(taken)
             started.append(item.id)
         return started
+
+    def _retire(self, record: InboxRecord, error: str) -> None:
+        """Fail an item taken over with its attempts used up, and tell the person, without running it again."""
+        kind = self._kinds[record.kind]
+
+        async def retire() -> None:
+            lease = Lease(record.id, record.epoch, record.attempts)
+            token = _CURRENT.set(lease)
+            try:
+                await self._give_up(record, kind, error, lease)
+            finally:
+                _CURRENT.reset(token)
+
+        self._working.add(record.id)
+        task = self._tasks.spawn(retire(), name=f"inbox-retire-{record.kind}")
+        task.add_done_callback(lambda _: self._working.discard(record.id))
 
     async def prune(self, now: datetime | None = None) -> int:
         return await self.store.inbox.prune((now or utcnow()) - self.keep)

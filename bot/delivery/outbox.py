@@ -13,7 +13,8 @@ deliveries with the case). Rows are sent by ``Sender``s: each names the destinat
   (Slack's message metadata) does that before posting again.
 - **For good.** After the retry window, or at once for a refusal that cannot change (a channel the bot
   is not in), a platform write is handed to ``on_undeliverable``: the service opens a helpdesk case so
-  a person follows up, never silence. A helpdesk delivery that gives up stays ``failed`` for
+  a person follows up, never silence (if that hand-over fails, the row is due again after a backoff, so
+  it is tried and handed over again). A helpdesk delivery that gives up stays ``failed`` for
   ``policypal handoffs --retry``.
 
 Rows with one ``coalesce_key`` describe one card: only the newest due one is sent, the rest are retired.
@@ -163,7 +164,13 @@ class Outbox:
             asyncio.get_running_loop().call_later(delay_s, self._wake.set)
 
     def send_now(self, rows: Sequence[DeliveryRecord]) -> None:
-        """Send rows this process inserted claimed (attempt 1), in order, in the background; ``drain`` waits."""
+        """Send rows this process inserted claimed (attempt 1), in order, in the background; ``drain`` waits.
+
+        A row inserted unclaimed (it waits for an earlier message of its conversation) is the delivery loop's.
+        """
+        if any(row.claimed_by != self.owner for row in rows):
+            self._wake.set()
+        rows = [row for row in rows if row.claimed_by == self.owner and row.state == "sending"]
         if not rows:
             return
         task = asyncio.get_running_loop().create_task(self._send_in_order(list(rows)), name="outbox-send-now")
@@ -325,19 +332,26 @@ class Outbox:
 
     async def _failed(
         self, row: DeliveryRecord, attempt: int, error: str, *, final: bool, retry_after_s: float | None = None
-    ) -> DeliveryResult:
+    ) -> DeliveryResult | None:
+        """Record a failed attempt; None when the claim was taken over meanwhile (the new holder decides)."""
         error = bounded(self._redactor.text(error), ERROR_CHARS)
         fields: dict[str, object] = {"last_error": error}
+        delay = timedelta(0)
         if not final:
             policy = self._policy(row)
             delay = max(policy.delay(attempt), timedelta(seconds=min(retry_after_s or 0.0, policy.max_backoff_s)))
             fields["next_attempt_at"] = self._clock() + delay
+        state: DeliveryState = "failed" if final else "pending"
+        label, where = self._label(row), row.destination
+        if not await self._store.outbox.settle(row.id, self.owner, attempt, state, **fields):
+            # Presumed dead, we lost the row to another worker, which may well have delivered it: a
+            # late failure of ours must neither hand it to a person nor hold its conversation back.
+            log.warning("%s to %s failed after its claim was taken over; not ours to record: %s", label, where, error)
+            return None
+        if not final:
             self._wake_in(delay.total_seconds())
             if _ordered(row) and row.conversation_key:
                 self._behind.setdefault(row.conversation_key, set()).add(row.id)
-        state: DeliveryState = "failed" if final else "pending"
-        await self._store.outbox.settle(row.id, self.owner, attempt, state, **fields)
-        label, where = self._label(row), row.destination
         if not final:
             log.warning("%s to %s failed (attempt %d), will retry: %s", label, where, attempt, error)
             return DeliveryResult(label, where, "retrying", error)
@@ -345,8 +359,11 @@ class Outbox:
         if row.kind == "post" and self.on_undeliverable is not None:
             try:
                 await self.on_undeliverable(row, error)
-            except Exception:  # the row stays failed, and says so; the next failure is not hidden by this one
-                log.exception("%s: handing the undelivered write to the helpdesk failed", label)
+            except Exception:  # nobody has it yet: due again after a backoff, so a person gets it, never silence
+                log.exception("%s: handing the undelivered write to the helpdesk failed; it will be tried again", label)
+                delay = self._policy(row).delay(attempt)
+                if await self._store.outbox.reopen(row.id, self.owner, attempt, self._clock() + delay):
+                    self._wake_in(delay.total_seconds())
         return DeliveryResult(label, where, "failed", error)
 
     async def _newest_cards(self, due: list[DeliveryRecord]) -> list[DeliveryRecord]:

@@ -141,12 +141,24 @@ class InboxRows(Repository):
         stmt = (
             update(table)
             .where(table.id == free, table.epoch == epoch, table.state == "leased")
-            .values(owner=owner, epoch=table.epoch + 1, attempts=table.attempts + 1)
+            .values(owner=owner, epoch=table.epoch + 1, attempts=table.attempts + 1, last_error=None)
             .returning(table.epoch)
         )
         async with self._engine.begin() as conn:
             new = (await conn.execute(stmt)).scalar_one_or_none()
         return None if new is None else int(new)
+
+    async def note(self, item_id: str, epoch: int, error: str) -> bool:
+        """Say how the attempt ``epoch`` ended while leaving the item unanswered (``relet`` clears it), so the
+        next holder can tell an attempt that ended from one whose process died. False when superseded."""
+        table = InboxItem
+        stmt = (
+            update(table)
+            .where(table.id == item_id, table.epoch == epoch, table.state == "leased")
+            .values(last_error=error)
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
 
     async def give_back(self, item_id: str, epoch: int) -> bool:
         """The attempt ``epoch`` made did not happen (its work never began): whoever takes the item over next

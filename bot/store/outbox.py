@@ -41,15 +41,33 @@ class OutboxRows(Repository):
     async def add_posts(
         self, posts: Sequence[NewPost], *, claimed_by: str | None = None, conn: AsyncConnection | None = None
     ) -> list[DeliveryRecord]:
-        """Insert platform writes in one statement; ``claimed_by`` inserts them claimed (attempt 1) by that worker."""
+        """Insert platform writes in one statement; ``claimed_by`` inserts them claimed (attempt 1) by that worker.
+
+        A message whose conversation has an earlier message still unsent (failed for now, perhaps on another
+        replica) is inserted pending instead: the delivery loop sends it after that one, never above it.
+        """
         if not posts:
             return []
         now = utcnow()
-        rows = [_post_row(post, now, claimed_by) for post in posts]
-        stmt = insert(OutboxRow).returning(*OutboxRow.__table__.columns)  # one cached statement, many rows
         async with self._begin(conn) as tx:
+            behind = await self._behind(tx, posts) if claimed_by else set()
+            rows = [_post_row(p, now, None if _waits(p, behind) else claimed_by) for p in posts]
+            stmt = insert(OutboxRow).returning(*OutboxRow.__table__.columns)  # one cached statement, many rows
             inserted = [to_delivery_record(row) for row in await tx.execute(stmt, rows)]
         return sorted(inserted, key=lambda r: r.id)
+
+    @staticmethod
+    async def _behind(tx: AsyncConnection, posts: Sequence[NewPost]) -> set[str]:
+        """The conversations, of those ``posts`` add messages to, with a message still to be sent."""
+        keys = sorted({p.conversation_key for p in posts if p.coalesce_key is None})
+        if not keys:
+            return set()
+        table = OutboxRow
+        stmt = select(table.conversation_key).distinct().where(
+            table.conversation_key.in_(keys), table.kind == "post", table.coalesce_key.is_(None),
+            table.state.in_(("pending", "sending")),
+        )
+        return {str(key) for key in (await tx.execute(stmt)).scalars()}
 
     async def get(self, delivery_id: int) -> DeliveryRecord | None:
         async with self._engine.connect() as conn:
@@ -130,6 +148,16 @@ class OutboxRows(Repository):
         async with self._engine.begin() as conn:
             return (await conn.execute(stmt.values(state=state, **fields))).rowcount == 1
 
+    async def reopen(self, delivery_id: int, owner: str, attempt: int, next_attempt_at: datetime) -> bool:
+        """A row that failed for good at ``attempt`` whose hand-over to a person failed too: due again at
+        ``next_attempt_at`` (its next attempt is final again, and hands it over again). Fenced as ``settle``."""
+        table = OutboxRow
+        stmt = update(table).where(
+            table.id == delivery_id, table.state == "failed", table.claimed_by == owner, table.attempts == attempt
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt.values(state="pending", next_attempt_at=next_attempt_at))).rowcount == 1
+
     async def unsent(self, delivery_id: int) -> bool:
         """Whether a row is still to be sent (pending, or being sent)."""
         stmt = select(OutboxRow.state).where(OutboxRow.id == delivery_id)
@@ -183,6 +211,11 @@ class OutboxRows(Repository):
             stmt = stmt.where(table.case_number == case_number)
         async with self._engine.begin() as conn:
             return (await conn.execute(stmt.values(state="pending", attempts=0, next_attempt_at=now))).rowcount
+
+
+def _waits(post: NewPost, behind: set[str]) -> bool:
+    """A message (not a card update) of a conversation with an earlier message unsent waits its turn."""
+    return post.coalesce_key is None and post.conversation_key in behind
 
 
 def _earlier_unsent(table: type[OutboxRow]) -> Any:

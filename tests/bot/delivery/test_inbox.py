@@ -96,6 +96,31 @@ async def test_failed_work_is_retried_up_to_max_attempts_then_the_person_is_told
     assert "went away" in (stored.last_error or "")
 
 
+async def test_an_item_whose_every_attempt_killed_its_process_is_handed_to_a_person_not_run_again(
+    store: Store, second_store: Store
+) -> None:
+    # An event whose work kills the process (out of memory on a huge attachment): each restart's sweep
+    # takes it over and dies with it again. After max_attempts it must end, and the person be told.
+    await second_store.inbox.accept("slack:Ev1", "slack", KIND, {}, "dead-1")
+    assert await second_store.inbox.relet("slack:Ev1", 1, "dead-2") == 2  # it killed that process too
+    assert await second_store.inbox.relet("slack:Ev1", 2, "dead-3") == 3  # and the third
+    handler, told = Handler(), []
+
+    async def on_failure(record: InboxRecord, error: str) -> None:
+        told.append((record.id, record.attempts, error))
+
+    box = Inbox(store, owner="me", max_attempts=3)
+    box.register(KIND, handler, on_failure=on_failure)
+    taken = await box.recover({"dead-3"})
+    await box.drain(5)
+    assert taken == ["slack:Ev1"] and handler.seen == []  # not a fourth process killed
+    ((item_id, attempts, error),) = told
+    assert (item_id, attempts) == ("slack:Ev1", 4) and "3 attempts" in error
+    stored = await store.inbox.get("slack:Ev1")
+    assert stored is not None and (stored.state, stored.owner) == ("failed", "me")
+    assert await box.recover({"dead-3"}) == [] and len(told) == 1
+
+
 class PlatformDown(Handler):
     """Fails as a Slack Web API incident does: a retryable ``RemoteError`` (users.info: internal_error)."""
 

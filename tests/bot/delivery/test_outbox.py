@@ -340,3 +340,83 @@ def test_a_post_round_trips_through_its_row() -> None:
     post = Post("reply", WHERE, run_id="r1", reason="answered", outcome=answer)
     again = Post.from_json(post.to_json())
     assert again == post and again.reply_outcome() == Answer("Hi")
+
+
+class Stalls(RecordingSender):
+    """Freezes inside its send until released, then fails as a slow platform does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def send(self, row: Any, delivery: Any) -> str | None:
+        self.inside.set()
+        await self.release.wait()
+        raise RemoteError("Slack chat.postMessage in C1: internal_error", kind="unavailable")
+
+
+async def test_a_worker_whose_claim_was_taken_over_hands_nothing_over_when_its_last_attempt_fails(
+    store: Store, second_store: Store
+) -> None:
+    last = OutboxPolicy(max_attempts=1, backoff_s=0, deliver_timeout_s=30.0, stale_after_s=60)
+    stalled_sender, handed, events = Stalls(), [], []
+    stalled = Outbox(store, [stalled_sender], owner="stalled", post_policy=last)
+
+    async def undeliverable(row: Any, error: str) -> None:
+        handed.append(row.id)
+
+    stalled.on_undeliverable = undeliverable
+    (row,) = await store.outbox.add_posts([notice("the answer")])
+    frozen = asyncio.create_task(stalled.run_once())  # its last attempt: it freezes mid-send
+    await stalled_sender.inside.wait()
+    survivor_sender = RecordingSender()
+    survivor = Outbox(second_store, [survivor_sender], owner="survivor", post_policy=last, clock=later(61))
+    (result,) = await survivor.run_once()  # the claim went quiet: taken over and delivered
+    events.append(result.status)
+    stalled_sender.release.set()  # the stalled worker wakes to a failure of an attempt no longer its own
+    events += [r.status for r in await frozen]
+    assert events == ["delivered"] and handed == []  # no case, no "not delivered" notice for a delivered reply
+    stored = await store.outbox.get(row.id)
+    assert stored is not None and (stored.state, stored.claimed_by) == ("delivered", "survivor")
+
+
+async def test_a_post_whose_hand_over_failed_is_tried_again_until_a_person_has_it(store: Store) -> None:
+    refused = RecordingSender(error=RemoteError("Slack chat.postMessage in C1: not_in_channel", kind="validation"))
+    calls: list[str] = []
+    outbox = Outbox(store, [refused], post_policy=QUICK)
+
+    async def undeliverable(row: Any, error: str) -> None:
+        if not calls:
+            calls.append("database down")
+            raise ConnectionResetError("the database went away while the case was opened")
+        calls.append(f"handed {row.id}")
+
+    outbox.on_undeliverable = undeliverable
+    (row,) = await store.outbox.add_posts([notice()])
+    first = [r.status for r in await outbox.run_once()]
+    later_pass = Outbox(store, [refused], post_policy=QUICK, clock=later(120))
+    later_pass.on_undeliverable = undeliverable
+    second = [r.status for r in await later_pass.run_once()]  # not silence: tried again, handed over this time
+    assert calls == ["database down", f"handed {row.id}"]
+    assert first == ["failed"] and second == ["failed"]
+    assert await later_pass.run_once() == [] and len(calls) == 2  # handed over once: retried no more
+    stored = await store.outbox.get(row.id)
+    assert stored is not None and stored.state == "failed"
+
+
+async def test_an_answer_written_on_another_replica_waits_for_the_earlier_answer_that_failed_there(
+    store: Store, second_store: Store
+) -> None:
+    (first,) = await store.outbox.add_posts([notice("asked first")], claimed_by="a")  # replica a's reply
+    await store.outbox.settle(first.id, "a", 1, "pending", next_attempt_at=utcnow() + timedelta(seconds=30))
+    sender = RecordingSender()
+    b = Outbox(second_store, [sender], owner="b", post_policy=QUICK)
+    rows = await second_store.outbox.add_posts([notice("asked second")], claimed_by="b")  # replica b's reply
+    b.send_now(rows)
+    await b.drain(5)
+    await b.run_once()
+    assert sender.posts == []  # not above the first answer, still waiting for its retry
+    await Outbox(second_store, [sender], owner="b", post_policy=QUICK, clock=later(31)).run_once()
+    assert [p.text for p in sender.posts] == ["asked first", "asked second"]
+    assert {r.state for r in await store.outbox.of_conversation(KEY)} == {"delivered"}
