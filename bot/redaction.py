@@ -8,8 +8,9 @@ caught too. Mapping keys that name a secret have their value replaced whatever i
 After ``password:`` or ``password=`` any value goes. After "password is ..." the word goes too,
 unless it is one of the words people use to describe a password ("not", "expired", "wrong", ...):
 leaking "my password is sunshine" is worse than reading "my password is [redacted]" for an odd word.
-After the looser "password - ..." only a value that looks like a credential does (a digit, a symbol,
-a capital inside, or 20 characters and more), so "reset your password - see the portal" stays.
+After the looser "password - ..." or "password for wifi is ..." only a value that looks like a credential
+does (a digit, a symbol, a capital inside, or 20 characters and more), so "reset your password - see the
+portal" and "the password for guests is rotated monthly" stay.
 """
 
 from __future__ import annotations
@@ -47,10 +48,15 @@ _AUTHORIZATION = re.compile(
     r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)"  # the header name, kept
     r"((?:[A-Za-z][\w-]*\s+)?)([^\s\"',;]+)"  # its scheme (Bearer, Basic, Token, ...) and credential
 )
-# "password: x", "api_key=x", "my password is: x", "password - x": keep the words, drop the value.
+# "password: x", "api_key=x", "my password is: x", "password - x": keep the words, drop the value. The name
+# may carry a prefix, as environment variables do (DB_PASSWORD=x, OPENAI_API_KEY=x), and a closing quote,
+# as JSON does ("password": "x"); "is" may follow a few words saying what it opens ("password for wifi is x").
 _ASSIGNMENTS = re.compile(
-    r"(?i)\b(password|passwd|passcode|pwd|secret|client[_ -]?secret|api[_ -]?key|access[_ -]?token|token)"
-    r"(\s*[:=]\s*|\s+is\s*[:=]\s*|\s+is\s+|\s+[-–—]\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+    r"(?i)(?<![a-z0-9])((?:[a-z0-9]+[_.-])*"
+    r"(?:password|passwd|passcode|passphrase|pwd|pin|secret[_ -]?(?:access[_ -]?)?key|secret|client[_ -]?secret"
+    r"|api[_ -]?key|access[_ -]?token|token))"
+    r"([\"']?\s*[:=]\s*|(?:\s+(?:for|on|to|of|at)(?:\s+(?!is\b)[\w.@'-]+){1,3})?\s+is(?:\s*[:=]\s*|\s+)"
+    r"|\s+[-–—]\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 )
 _SECRET_KEYS = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|authorization|cookie|credential)")
 _PROSE_PUNCTUATION = ".,;:!?)(\"'"
@@ -117,8 +123,10 @@ def _authorization(match: re.Match[str]) -> str:
 def _assignment(match: re.Match[str]) -> str:
     name, separator, value = match.groups()
     strong = any(mark in separator for mark in ":=")  # "password: x" names its value; "password is x" may not
-    if strong or _looks_secret(value) or (separator.strip() == "is" and _gives_a_password(value)):
-        return f"{name}{separator}{REDACTED}"
+    plain_is = separator.strip().casefold() == "is"  # not "password for wifi is x": that needs a credential's shape
+    if strong or _looks_secret(value) or (plain_is and _gives_a_password(value)):
+        quote = value[0] if value[0] in "\"'" and len(value) > 1 else ""  # "password": "x" stays JSON
+        return f"{name}{separator}{quote}{REDACTED}{quote}"
     return match.group(0)
 
 

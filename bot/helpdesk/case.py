@@ -18,6 +18,7 @@ from bot.types import UserRef
 
 CASE_PREFIX = "HD"
 CASE_OFFSET = 1000  # HD-1001 is the first case, like IT-1001 for local tickets
+MAX_CASE_NUMBER = 2**31 - 1  # the store's INTEGER column: a larger number is no case, not a database error
 DEFAULT_REPLY_WITHIN = "one working day"
 TRANSCRIPT_VERSION = 1
 PLATFORM_NAMES = {"slack": "Slack", "teams": "Teams"}
@@ -42,7 +43,8 @@ def staff_can_post(platform: str, channel: str, thread: str) -> bool:
 def case_number(case_id: str) -> int | None:
     """The stored number behind ``HD-1001``; None for anything that is not a case id."""
     match = _CASE_ID.match(case_id.strip())
-    return int(match.group(1)) - CASE_OFFSET if match else None
+    number = int(match.group(1)) - CASE_OFFSET if match else 0
+    return number if 1 <= number <= MAX_CASE_NUMBER else None
 
 
 @dataclass(frozen=True)

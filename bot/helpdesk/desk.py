@@ -143,11 +143,13 @@ class Helpdesk:
         return {k: bounded(v, caps[k]) if k in caps and isinstance(v, str) else v for k, v in step.items()}
 
     def _action(self, action: PendingRecord) -> dict[str, Any]:
-        result = json.dumps(action.result, ensure_ascii=False) if action.result is not None else None
+        """A pending action's frozen call and result, stored unredacted: redacted here before the cut, as a
+        secret cut first would be too short for its pattern and keep its first characters."""
+        result = None if action.result is None else json.dumps(self.redactor.value(action.result), ensure_ascii=False)
         return {
             "id": action.id,
             "tool": action.tool,
-            "arguments": bounded_value(action.arguments, self._limits.argument_chars),
+            "arguments": bounded_value(self.redactor.value(action.arguments), self._limits.argument_chars),
             "state": action.state,
             "requester": action.requester,
             "decider": action.decider,

@@ -96,3 +96,36 @@ def test_policypal_gaps_json_for_scripts_and_a_friendly_line_when_there_are_none
     (gap,) = json.loads(capsys.readouterr().out)
     assert (gap["question"], gap["count"], gap["askers"]) == (GYM, 1, 1)
     assert gap["last_asked"].startswith("2026-03-02T09:00")
+
+
+def test_policypal_gaps_counts_one_question_asked_in_other_case_and_spacing_once_with_its_people(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+
+    async def record() -> None:
+        store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'policypal.db'}")
+        for row in (
+            _run("r1", "Is there wedding leave?", "not_covered", 0, "U1"),
+            _run("r2", "is there  wedding leave", "not_covered", 5, "U1"),
+            _run("r3", "Is there wedding leave?", "not_covered", 7, "U2"),
+            _run("r4", PARKING, "not_covered", 9, "U1"),
+        ):
+            await store.runs.record(row)
+        await store.close()
+
+    import asyncio
+
+    asyncio.run(record())
+    assert main(["gaps", "--json"]) == 0
+    gaps = json.loads(capsys.readouterr().out)
+    assert [(g["question"], g["count"], g["askers"]) for g in gaps] == [
+        (PARKING, 1, 1),
+        ("Is there wedding leave?", 3, 2),
+    ]
+    assert gaps[1]["first_asked"].startswith("2026-03-02T09:00") and gaps[1]["last_asked"].startswith(
+        "2026-03-02T09:07"
+    )
+    assert main(["gaps", "-n", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["1", "1"]

@@ -66,3 +66,14 @@ def test_version_prints_the_installed_version_and_exits_0(capsys: pytest.Capture
     assert exit_info.value.code == 0
     assert capsys.readouterr().out == f"policypal {version('policypal')}\n"
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version("policypal"))
+
+
+@pytest.mark.parametrize("retry", [[], ["--retry"]])
+def test_a_case_id_beyond_any_stored_number_is_no_case_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], retry: list[str]
+):
+    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+
+    assert main(["handoffs", "HD-99999999999999999999", *retry]) == 1
+    assert capsys.readouterr().out == "No case HD-99999999999999999999.\n"

@@ -189,3 +189,17 @@ async def test_the_cli_lists_cases_and_prints_one_transcript(tmp_path, fake_open
     assert "Local store only" in detail.getvalue()
     assert json.loads(as_json.getvalue())["transcript"]["runs"]
     assert missing.getvalue() == "No case HD-4242.\n"
+
+
+async def test_a_secret_cut_by_the_transcript_bound_is_redacted_whole(tmp_path, fake_openai, sample_index):
+    token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    details = "x" * 925 + f" {token} " + "y" * 100  # the 1,000-character bound falls inside the token
+    ticket = {"category": "access", "summary": "GitHub access broken", "urgency": "low", "details": details}
+    fake_openai.script(tool_calls(("create_it_ticket", ticket)))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await svc.handle_message(slack_message("my github access is broken"))
+        case = await svc.request_handoff(reply.conversation_key, ALICE)
+    (action,) = case.transcript["actions"]
+    assert action["state"] == "open" and action["arguments"]["details"].startswith("x" * 925)
+    rendered = json.dumps(case.to_json()) + case.to_markdown()
+    assert "ghp_" not in rendered and REDACTED in action["arguments"]["details"]

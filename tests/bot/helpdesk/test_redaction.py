@@ -135,3 +135,36 @@ async def test_traces_keep_no_secret_a_user_pasted(tmp_path, fake_openai, sample
     stored = json.dumps([row.question, row.trace])
     assert "Sup3rS3cret!9" not in stored and "xoxb-1234567890" not in stored
     assert row.question.startswith("vpn fails, my password: [redacted]")
+
+
+def test_environment_variable_and_json_assignments_lose_their_value():
+    redactor = Redactor()
+    for said, kept in [
+        ("DB_PASSWORD=Hunter2Hunter2", "DB_PASSWORD="),
+        ("export OPENAI_API_KEY=abcd1234efgh5678", "export OPENAI_API_KEY="),
+        ("GITHUB_TOKEN: 0123abcd4567", "GITHUB_TOKEN: "),
+        ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG", "AWS_SECRET_ACCESS_KEY="),
+        ("my .env has auth_token=plainword", "my .env has auth_token="),
+    ]:
+        assert redactor.text(said) == kept + REDACTED, said
+    pasted = '{"user": "bob", "password": "hunter2", "api_key": "plain"}'
+    assert redactor.text(pasted) == f'{{"user": "bob", "password": "{REDACTED}", "api_key": "{REDACTED}"}}'
+    for prose in ("max_tokens: 800", "input_tokens=120", "the password_policy is strict"):
+        assert redactor.text(prose) == prose
+
+
+def test_a_password_named_for_what_it_opens_is_redacted_and_prose_about_it_is_not():
+    redactor = Redactor()
+    for said, kept in [
+        ("the password for wifi is Guest2024", "the password for wifi is "),
+        ("my password for the Okta portal is Sunshine99!", "my password for the Okta portal is "),
+        ("my pin for the door is 4711", "my pin for the door is "),
+    ]:
+        assert redactor.text(said) == kept + REDACTED, said
+    for prose in (
+        "the password for the portal is expired",
+        "my password for email is not working",
+        "the password for wifi is on the wall",
+        "the password for guests is rotated monthly",
+    ):
+        assert redactor.text(prose) == prose
