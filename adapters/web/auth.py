@@ -79,13 +79,18 @@ class Gate:
         return self._sign(f"form:{operator.name}")
 
     def form_token_valid(self, operator: Operator, offered: str) -> bool:
-        return hmac.compare_digest(offered, self.form_token(operator))
+        return _same(offered, self.form_token(operator))
 
     def _session_valid(self, value: str) -> bool:
         expires, _, signature = value.partition(".")
-        if not expires.isdigit() or not hmac.compare_digest(signature, self._sign(expires)):
+        if not (expires.isascii() and expires.isdigit()) or not _same(signature, self._sign(expires)):
             return False
         return int(expires) > time.time()
 
     def _sign(self, text: str) -> str:
         return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def _same(offered: str, expected: str) -> bool:
+    """Constant-time equality on bytes: ``compare_digest`` raises TypeError on non-ASCII str (a 500)."""
+    return hmac.compare_digest(offered.encode(), expected.encode())

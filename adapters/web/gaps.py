@@ -183,7 +183,7 @@ async def _searches(request: web.Request, run_ids: list[str]) -> dict[str, list[
             continue
         found[run_id] = [
             {
-                "arguments": step.get("arguments", ""),
+                "arguments": bounded(service.redactor.text(str(step.get("arguments") or "")), FOUND_CHARS),
                 "text": bounded(service.redactor.text(step.get("text") or ""), FOUND_CHARS),
             }
             for step in steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from adapters.app_keys import SERVICE
+from adapters.web import params
 from adapters.web.keys import ACCESS
 from adapters.web.render import operator_of, page
 from bot.helpdesk import HandoffCase, case_markdown
@@ -15,11 +16,10 @@ PAGE = 50
 
 async def listing(request: web.Request) -> web.Response:
     failed_only = request.query.get("failed") == "1"
-    before = request.query.get("before", "").strip()
-    if before and not before.isdigit():
-        raise web.HTTPBadRequest(text="before must be a case number")
+    raw = request.query.get("before", "").strip()
+    before = params.number(raw, "before") if raw else None
     reports = request.config_dict[SERVICE].store.reports
-    cases = await reports.cases(before=int(before) if before else None, failed_only=failed_only, limit=PAGE + 1)
+    cases = await reports.cases(before=before, failed_only=failed_only, limit=PAGE + 1)
     more, cases = len(cases) > PAGE, cases[:PAGE]
     return page(
         request, "cases.html", cases=cases, failed_only=failed_only, next_before=cases[-1].case.number if more else None
@@ -28,7 +28,8 @@ async def listing(request: web.Request) -> web.Response:
 
 async def show(request: web.Request) -> web.Response:
     service = request.config_dict[SERVICE]
-    summary = await service.store.reports.case(int(request.match_info["number"]))
+    number = _number(request)
+    summary = await service.store.reports.case(number) if number is not None else None
     if summary is None:
         raise web.HTTPNotFound(text=f"No case {request.match_info['number']}.")
     readable = await _readable(request, summary.case)
@@ -43,6 +44,12 @@ async def show(request: web.Request) -> web.Response:
     )
 
 
+def _number(request: web.Request) -> int | None:
+    """The path's case number; None (no such case) past what the database can hold."""
+    number = int(request.match_info["number"])
+    return number if number <= params.MAX_NUMBER else None
+
+
 async def _readable(request: web.Request, case: HandoffRecord) -> bool:
     """A transcript holds every run of its conversation: readable only if each of them is (and one exists)."""
     run_ids = [str(run.get("run_id")) for run in case.transcript.get("runs") or []]
@@ -55,9 +62,9 @@ async def _readable(request: web.Request, case: HandoffRecord) -> bool:
 
 async def retry(request: web.Request) -> web.Response:
     """Put this case's failed deliveries back in the outbox; the server's outbox worker sends them."""
-    number = int(request.match_info["number"])
+    number = _number(request)
     service = request.config_dict[SERVICE]
-    if await service.store.cases.get(number) is None:
+    if number is None or await service.store.cases.get(number) is None:
         raise web.HTTPNotFound(text=f"No case {number}.")
     reset = await service.outbox.retry_failed(number)
     location = request.app.router["case"].url_for(number=str(number)).with_query(retried=str(reset))

@@ -10,6 +10,7 @@ from bot.store import utc_midnight
 
 MAX_DAYS = 366
 DEFAULT_DAYS = 30
+MAX_NUMBER = 2**31 - 1  # case numbers are 32-bit INTEGER columns; larger ones overflow the driver
 
 
 def days(request: web.Request, default: int = DEFAULT_DAYS) -> int:
@@ -17,9 +18,21 @@ def days(request: web.Request, default: int = DEFAULT_DAYS) -> int:
     raw = request.query.get("days", "").strip()
     if not raw:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DAYS:
+    if not _ascii_digits(raw) or not 1 <= int(raw) <= MAX_DAYS:
         raise web.HTTPBadRequest(text=f"days must be a whole number from 1 to {MAX_DAYS}, not {raw!r}")
     return int(raw)
+
+
+def number(raw: str, name: str) -> int:
+    """A positive whole number (a case number) as typed: ASCII digits within the database's range."""
+    if not _ascii_digits(raw) or not 0 < int(raw) <= MAX_NUMBER:
+        raise web.HTTPBadRequest(text=f"{name} must be a case number, not {raw[:40]!r}")
+    return int(raw)
+
+
+def _ascii_digits(raw: str) -> bool:
+    """``str.isdigit`` also accepts "²" and other digits ``int`` refuses: only 0-9 here."""
+    return raw.isascii() and raw.isdigit()
 
 
 def window(request: web.Request, default_days: int = DEFAULT_DAYS) -> tuple[datetime, datetime, date, date]:
@@ -35,14 +48,18 @@ def window_of(n: int) -> tuple[datetime, datetime, date, date]:
 
 
 def day(request: web.Request, name: str) -> date | None:
-    """``?since=YYYY-MM-DD`` and friends; empty: none."""
+    """``?since=YYYY-MM-DD`` and friends; empty: none. The last representable day is refused: a
+    filter takes the day after it as its end."""
     raw = request.query.get(name, "").strip()
     if not raw:
         return None
     try:
-        return date.fromisoformat(raw)
+        parsed = date.fromisoformat(raw)
     except ValueError:
-        raise web.HTTPBadRequest(text=f"{name} must be a date like 2026-12-01, not {raw!r}") from None
+        parsed = date.max
+    if parsed == date.max:
+        raise web.HTTPBadRequest(text=f"{name} must be a date like 2026-12-01, not {raw[:40]!r}")
+    return parsed
 
 
 def choice(request: web.Request, name: str, allowed: set[str] | frozenset[str]) -> str | None:

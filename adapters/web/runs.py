@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -50,7 +51,12 @@ async def show(request: web.Request) -> web.Response:
         raise web.HTTPNotFound(text=f"No run {request.match_info['run_id']}.")
     readable = request.app[ACCESS].may_read(operator_of(request), run.audience)
     steps = [_shown(service.redactor.value(step)) for step in run.trace] if readable else []
-    actions = await service.store.reports.actions_of_run(run.id) if readable else []
+    cards = await service.store.reports.actions_of_run(run.id) if readable else []
+    # Frozen arguments are stored as the tool will run them, unredacted: redact them as they are shown.
+    actions = [
+        replace(a, arguments=service.redactor.value(a.arguments), result=service.redactor.value(a.result))
+        for a in cards
+    ]
     return page(request, "run.html", run=run, readable=readable, steps=steps, actions=actions)
 
 
@@ -77,9 +83,13 @@ def _cursor(request: web.Request) -> tuple[datetime, str] | None:
         return None
     at, _, run_id = raw.partition("|")
     try:
-        return datetime.fromisoformat(at), run_id
-    except ValueError:
-        raise web.HTTPBadRequest(text="before must be a cursor from a runs page's next link") from None
+        when: datetime | None = datetime.fromisoformat(at)
+        when = when.astimezone(UTC) if when and when.tzinfo else None
+    except (ValueError, OverflowError):
+        when = None
+    if when is None or not run_id:  # our links always carry an offset and an id
+        raise web.HTTPBadRequest(text="before must be a cursor from a runs page's next link")
+    return when, run_id
 
 
 def _next_page(kept: dict[str, str], last: RunSummary) -> str:

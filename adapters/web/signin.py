@@ -28,7 +28,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         max_age=SESSION_S,
         httponly=True,
         samesite="Strict",
-        secure=request.secure,
+        secure=over_tls(request),
         path=str(request.app.router["overview"].url_for()),
     )
     return response
@@ -38,6 +38,16 @@ async def sign_out(request: web.Request) -> web.StreamResponse:
     response = _see_other(str(request.app.router["sign_in_form"].url_for()))
     response.del_cookie(COOKIE, path=str(request.app.router["overview"].url_for()))
     return response
+
+
+def over_tls(request: web.Request) -> bool:
+    """Whether the browser reached us over HTTPS, here or at a TLS-terminating proxy (which then says so
+    in ``X-Forwarded-Proto`` or ``Forwarded``). Trusting a client's copy only adds Secure to its own cookie."""
+    if request.secure:
+        return True
+    proto = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    first = request.forwarded[0] if request.forwarded else {}
+    return proto == "https" or str(first.get("proto", "")).lower() == "https"
 
 
 def _see_other(location: str) -> web.Response:

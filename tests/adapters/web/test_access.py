@@ -80,3 +80,25 @@ async def test_a_post_without_the_operators_form_token_is_refused(start_console)
     console = await start_console()
     async with console.http.post(console.url + "/console/cases/1/retry", data={}) as response:
         assert response.status == 403 and "another site" in await response.text()
+
+
+async def test_non_ascii_cookies_and_form_tokens_are_refused_not_server_errors(start_console):
+    console = await start_console()
+    forged = "9999999999.\u00e9".encode().decode("latin-1")  # the raw UTF-8 bytes of a non-ASCII signature
+    cookie = {"Cookie": f"policypal_console={forged}"}
+    async with aiohttp.ClientSession() as anonymous, anonymous.get(console.url + "/console/", headers=cookie) as r:
+        assert r.status == 401
+    async with console.http.post(console.url + "/console/sign-out", data={"form_token": "\u00e9"}) as response:
+        assert response.status == 403 and "another site" in await response.text()
+
+
+async def test_behind_a_tls_terminating_proxy_the_session_cookie_is_secure(start_console):
+    console = await start_console()
+    async with aiohttp.ClientSession() as browser:
+        for headers in ({"X-Forwarded-Proto": "https"}, {"Forwarded": 'for=10.0.0.1;proto=https;host="pp.example"'}):
+            async with browser.post(
+                console.url + "/console/sign-in", data={"secret": SECRET}, headers=headers, allow_redirects=False
+            ) as ok:
+                assert ok.status == 303 and ok.cookies["policypal_console"]["secure"], headers
+        async with browser.post(console.url + "/console/sign-in", data={"secret": SECRET}, allow_redirects=False) as ok:
+            assert ok.status == 303 and not ok.cookies["policypal_console"]["secure"]  # plain HTTP on loopback

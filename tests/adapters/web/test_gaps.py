@@ -10,9 +10,11 @@ import re
 import pytest
 
 from adapters.web.gaps import Grouper, warm_up
+from bot.store import utcnow
 from retrieval import PolicyIndex
 from tests.adapters.web import scenario
 from tests.adapters.web.scenario import ALICE, Finds
+from tests.adapters.web.test_pages import _row
 
 pytestmark = pytest.mark.asyncio
 WAIT_S = 60.0  # a bound on a hang only, never a measured duration
@@ -82,6 +84,17 @@ async def test_a_restricted_example_run_does_not_show_what_its_search_found(star
     _, page = await console.get("/console/gaps")
     assert groups(page) == [("is the reorg budget cut?", 1)]
     assert "The example's searches are restricted." in page and "reorg budget</small>" not in page
+
+
+async def test_a_secret_in_an_example_runs_search_is_redacted_on_the_gaps_page(start_console):
+    console = await start_console(Finds())
+    leaked = "sk-test-abcdef123456"  # the configured OpenAI key, in a trace stored raw (as before it was configured)
+    search = {"kind": "tool", "name": "search_policies", "arguments": f'{{"query": "key {leaked}"}}', "text": ""}
+    row = _row("gap01", utcnow(), trace=[search])
+    await console.service.store.runs.record({**row, "reason": "not_covered", "question": "is my key valid?"})
+    status, page = await console.get("/console/gaps")
+    assert status == 200 and groups(page) == [("is my key valid?", 1)] and "What the search found" in page
+    assert leaked not in page
 
 
 async def test_a_new_gap_or_rating_shows_on_the_next_load(start_console, fake_openai):

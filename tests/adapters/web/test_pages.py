@@ -129,6 +129,45 @@ async def test_pending_actions_list_open_cards_oldest_first(start_console, fake_
     assert "summary VPN keeps dropping" in rows[0][3] and "urgency high" in rows[0][3]
 
 
+async def test_a_restricted_run_hides_the_documents_it_cited_and_the_askers_comment(start_console, fake_openai):
+    console = await start_console(Finds())
+    reply = await scenario.restricted(console.service, fake_openai)
+    comment = "wrong: finance merges with legal, not facilities"  # a comment may quote the restricted answer
+    assert await console.service.feedback(reply.run_id, "not_helpful", scenario.DANA.id, comment)
+    _, hidden = await console.get(f"/console/runs/{reply.run_id}")
+    assert "built for restricted groups" in hidden and "not_helpful" in hidden  # the rating is a total
+    assert "Reorg Plan" not in hidden and "Team changes" not in hidden  # a restricted section's name
+    assert "merges with legal" not in hidden
+    allowed = await start_console(Finds(), console_restricted_operators="*")
+    reply = await scenario.restricted(allowed.service, fake_openai)
+    _, shown = await allowed.get(f"/console/runs/{reply.run_id}")
+    assert "Reorg Plan § Team changes" in shown
+
+
+async def test_pending_actions_of_a_restricted_run_hide_their_arguments(start_console, fake_openai):
+    console = await start_console(Finds())
+    reorg = {"category": "access", "summary": "Finance and facilities merge in March", "urgency": "low"}
+    fake_openai.script(scenario.tool_calls(("create_it_ticket", reorg)))
+    restricted = await scenario.ask(console.service, "open a ticket about the reorg", scenario.DANA)
+    public = await scenario.ticket(console.service, fake_openai)
+    status, page = await console.get("/console/actions")
+    rows = cells(page, "actions")
+    assert status == 200 and [r[6] for r in rows] == [restricted.run_id, public.run_id]
+    assert "Finance and facilities" not in page and "restricted" in rows[0][3]
+    assert "VPN keeps dropping" in rows[1][3]
+
+
+async def test_a_secret_in_a_cards_arguments_is_redacted_on_the_run_page(start_console, fake_openai):
+    console = await start_console(Finds())
+    leaked = "sk-test-abcdef123456"  # the configured OpenAI key (tests/bot/helpers.py)
+    arguments = {"category": "network_vpn", "summary": f"my key {leaked} stopped working", "urgency": "high"}
+    fake_openai.script(scenario.tool_calls(("create_it_ticket", arguments)))
+    reply = await scenario.ask(console.service, "please open a ticket, my API key stopped working")
+    status, page = await console.get(f"/console/runs/{reply.run_id}")
+    assert status == 200 and 'class="state open">open<' in page and "stopped working" in page
+    assert leaked not in page
+
+
 def _row(run_id: str, started, trace=None) -> dict:
     return {
         "id": run_id,
