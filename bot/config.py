@@ -238,12 +238,47 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _helpdesk_destination_has_its_address(self) -> Settings:
+        """A destination is on only with its address (SMTP host, webhook URL): its other settings alone leave
+        it off without a word, and every case stays in the local store where nobody is told of it."""
+        needs: dict[str, tuple[object, dict[str, object]]] = {
+            "POLICYPAL_HELPDESK_SMTP_HOST": (self.helpdesk_smtp_host, {
+                "POLICYPAL_HELPDESK_EMAIL_TO": self.helpdesk_email_to,
+                "POLICYPAL_HELPDESK_EMAIL_FROM": self.helpdesk_email_from,
+                "POLICYPAL_HELPDESK_SMTP_USER": self.helpdesk_smtp_user,
+            }),
+            "POLICYPAL_HELPDESK_WEBHOOK_URL": (self.helpdesk_webhook_url, {
+                "POLICYPAL_HELPDESK_WEBHOOK_SECRET": self.helpdesk_webhook_secret,
+            }),
+        }
+        for address, (value, others) in needs.items():
+            given = [name for name, other in others.items() if other is not None]
+            if value is None and given:
+                raise ValueError(
+                    f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} set but {address} is not: "
+                    f"set {address} to deliver cases there, or unset the rest"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _rerank_dir_names_its_model(self) -> Settings:
         """A model directory alone says nothing: the name tells fastembed which files it holds and how to read them."""
         if self.rerank_model_dir is not None and self.rerank_model is None:
             raise ValueError(
                 "POLICYPAL_RERANK_MODEL_DIR is set but POLICYPAL_RERANK_MODEL is not: set the name of the "
                 "cross-encoder whose files the directory holds, or unset both to search without reranking"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _stale_outlasts_heartbeats(self) -> Settings:
+        """A live process beats once a sweep interval: a stale time within two intervals makes it look dead
+        between beats (or after one late beat), and other replicas take over and fence off its work."""
+        if self.worker_stale_s < 2 * self.sweep_interval_s:
+            raise ValueError(
+                f"POLICYPAL_WORKER_STALE_S ({self.worker_stale_s:g} s) must be at least twice "
+                f"POLICYPAL_SWEEP_INTERVAL_S ({self.sweep_interval_s:g} s), the heartbeat's interval, or live "
+                "replicas are taken for dead; three times (the defaults: 30 s and 10 s) leaves room for late beats"
             )
         return self
 

@@ -3,7 +3,8 @@
 Each check looks at one thing and returns its problems as sentences an operator can act on, so a
 broken database does not hide a half-configured Slack behind it. The checks here need nothing from
 any platform; the composition root adds the platform checks (``adapters.checks``), since bot/ never
-imports an adapter. Nothing is changed by a check: no table is created, no index, no file.
+imports an adapter. Nothing is changed by a check: no table is created, no index, no file (but a
+reranker not yet in the model cache is fetched into it, as the server's first search would).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from bot.wiring import build_model
 Check = Callable[[Settings], Awaitable[list[str]]]
 DATABASE_TIMEOUT_S = 10.0
 INDEX_TIMEOUT_S = 30.0  # loading the embedding model is part of opening the index
+RERANK_TIMEOUT_S = 120.0  # a reranker not yet in the model cache is downloaded, as the server's first search would
 
 
 async def find_problems(settings: Settings, extra: Sequence[Check] = ()) -> list[str]:
@@ -36,7 +38,7 @@ async def find_problems(settings: Settings, extra: Sequence[Check] = ()) -> list
 
     A problem may quote a setting (a URL with its password, a token a remote echoed): secrets are starred.
     """
-    checks = [check_database, check_index, check_model, check_tickets, check_groups, *extra]
+    checks = [check_database, check_index, check_reranker, check_model, check_tickets, check_groups, *extra]
     results = await asyncio.gather(*(_guarded(check, settings) for check in checks))
     return [without_secrets(problem, settings) for found in results for problem in found]
 
@@ -116,6 +118,27 @@ async def check_index(settings: Settings) -> list[str]:
         return [f"The policy index did not open within {INDEX_TIMEOUT_S:.0f} s ({_index_location(settings)})"]
     except Exception as exc:
         return [_index_problem(exc, settings)]
+    return []
+
+
+async def check_reranker(settings: Settings) -> list[str]:
+    """The configured reranker loads: it is only loaded by the first search, so a model directory missing
+    its files, or a model that cannot be downloaded, would otherwise fail every question, not the start."""
+    from retrieval import Reranker, RerankError
+
+    try:
+        reranker = Reranker.from_config(settings.retrieval())
+    except RerankError:
+        return []  # an unknown name fails opening the index too: check_index reports it once
+    if reranker is None:
+        return []
+    try:
+        async with asyncio.timeout(RERANK_TIMEOUT_S):
+            await asyncio.to_thread(reranker.load)
+    except TimeoutError:
+        return [f"The reranker {reranker.model_name!r} did not load within {RERANK_TIMEOUT_S:.0f} s"]
+    except RerankError as exc:
+        return [str(exc)]  # retrieval's messages already say what to do
     return []
 
 

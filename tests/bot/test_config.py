@@ -149,3 +149,29 @@ def test_the_source_base_url_reaches_retrieval_and_must_be_a_web_address(monkeyp
     assert from_env(monkeypatch, POLICYPAL_SOURCE_BASE_URL="").retrieval().source_base_url is None
     settings = from_env(monkeypatch, POLICYPAL_SOURCE_BASE_URL="https://git.example/handbook/blob/main")
     assert settings.retrieval().source_base_url == "https://git.example/handbook/blob/main"
+
+
+def test_a_worker_stale_time_within_two_sweep_intervals_is_refused(monkeypatch: pytest.MonkeyPatch):
+    """The heartbeat is written once a sweep interval: with POLICYPAL_SWEEP_INTERVAL_S=60 and the default
+    30 s stale time, every live replica looked dead between its beats and had its work taken over."""
+    message = refusal(monkeypatch, POLICYPAL_SWEEP_INTERVAL_S="60")
+    assert "POLICYPAL_WORKER_STALE_S (30 s) must be at least twice POLICYPAL_SWEEP_INTERVAL_S (60 s)" in message
+    settings = from_env(monkeypatch, POLICYPAL_SWEEP_INTERVAL_S="60", POLICYPAL_WORKER_STALE_S="120")
+    assert (settings.sweep_interval_s, settings.worker_stale_s) == (60.0, 120.0)
+
+
+@pytest.mark.parametrize(
+    ("variables", "missing"),
+    [
+        ({"POLICYPAL_HELPDESK_EMAIL_TO": "it@example.com", "POLICYPAL_HELPDESK_EMAIL_FROM": "bot@example.com"},
+         "POLICYPAL_HELPDESK_SMTP_HOST"),
+        ({"POLICYPAL_HELPDESK_WEBHOOK_SECRET": "whsec-123456"}, "POLICYPAL_HELPDESK_WEBHOOK_URL"),
+    ],
+)
+def test_a_helpdesk_destination_without_its_address_is_refused_not_silently_off(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], missing: str
+):
+    """Recipients without an SMTP host (or a signing secret without its URL) passed every check, and every
+    case then stayed in the local store: nobody was emailed, nothing said why."""
+    message = refusal(monkeypatch, **variables)
+    assert f"{missing} is not" in message, message

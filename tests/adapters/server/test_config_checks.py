@@ -90,3 +90,15 @@ async def test_a_database_under_a_file_is_a_problem_not_creatable(tmp_path: Path
     (tmp_path / "a-file").write_text("")
     problems = await find_problems(settings(tmp_path / "a-file"))
     assert any("cannot be created" in p and "is not a directory" in p for p in problems), problems
+
+
+async def test_a_reranker_that_cannot_load_is_a_problem_not_a_failure_at_the_first_question(
+    tmp_path: Path, built_index: Path
+):
+    """A known reranker name with an empty model directory passed the check; every search then failed."""
+    shutil.copytree(built_index, tmp_path / "qdrant")
+    empty = tmp_path / "reranker"
+    empty.mkdir()
+    configured = settings(tmp_path, rerank_model="Xenova/ms-marco-MiniLM-L-6-v2", rerank_model_dir=empty)
+    (problem,) = await find_problems(configured, PLATFORM_CHECKS)
+    assert f"POLICYPAL_RERANK_MODEL_DIR={empty} lacks" in problem, problem
