@@ -2,12 +2,21 @@
 
 Two nets: the exact values of every secret PolicyPal was configured with, and the shapes of common
 credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` headers of any scheme,
-passwords in URLs, JWTs, private keys, ``password=...``), so a token a user pasted into a question is
-caught too. Mapping keys that name a secret have their value replaced whatever it looks like.
+``Cookie:`` headers, passwords in URLs, storage keys and signatures in connection strings and signed URLs,
+JWTs, private keys, ``password=...``), so a token a user pasted into a question is caught too. Mapping keys
+that name a secret have every string inside their value replaced, however deep; numbers stay (they are
+counts such as ``tokens`` or rules such as ``password_min_length``).
 
-After ``password:`` or ``password=`` any value goes. After "password is ..." the word goes too,
-unless it is one of the words people use to describe a password ("not", "expired", "wrong", ...):
-leaking "my password is sunshine" is worse than reading "my password is [redacted]" for an odd word.
+After ``password:`` or ``passphrase:`` (or a spaced ``password = ``) the value goes up to the end of its
+line, a closing quote, or a sentence end (``.``, ``!`` or ``?`` then a space; the mark goes with it): a
+passphrase is several words ("correct horse battery staple"), and an apostrophe inside a word ("don't")
+does not end it. An unspaced ``DB_PASSWORD=x`` is a shell word: only ``x`` goes. A label ending its line
+names no value ("change your password:" above a list). After any other ``api_key=...`` the value goes.
+After ``Authorization: Bearer`` (or another known scheme) the credential goes whatever it looks like.
+
+After "password is ..." the word goes too, unless it is one of the words people use to describe a password
+("not", "expired", "wrong", ...): leaking "my password is sunshine" is worse than reading "my password is
+[redacted]" for an odd word.
 After the looser "password - ..." or "password for wifi is ..." only a value that looks like a credential
 does (a digit, a symbol, a capital inside, or 20 characters and more), so "reset your password - see the
 portal" and "the password for guests is rotated monthly" stay.
@@ -28,25 +37,51 @@ TRACE_VALUE_CHARS = 8_000  # each string of a stored trace step (arguments, resu
 _CUT_MARKER_ROOM = 64  # "…[cut: N characters, M not stored]" for any N a process can hold
 
 _PATTERNS = [
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+    # A private key up to its end line or, pasted without one, through its header and base64 lines.
+    re.compile(
+        r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----"
+        r"|(?:\s+(?:[A-Za-z0-9+/]{16,}={0,2}|=[A-Za-z0-9+/]{4}|(?:Proc-Type|DEK-Info|Version|Comment):[^\r\n]*))*)",
+        re.S,
+    ),
     re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),  # OpenAI and compatible API keys
-    re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{8,}"),  # Slack bot/user/app tokens
+    re.compile(r"\bxox[abcoeprs]-[A-Za-z0-9-]{8,}"),  # Slack bot/user/client/refresh tokens
     re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"),
     re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/]+"),  # Slack incoming webhooks: the URL is the key
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),  # GitHub
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained
+    re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
+    re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),
     re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"),  # GitLab
     re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),  # Google API key
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key id
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key id, long-lived or temporary
     re.compile(r"\bATATT[A-Za-z0-9_=-]{16,}"),  # Atlassian API token
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}"),
 ]
-# "scheme://user:password@host": keep the scheme, user and host, drop the password.
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):([^\s/@]+)@")
+# "scheme://user:password@host": keep the scheme, user and host, drop the password. The password runs to
+# the last "@" before the path, so one holding an unencoded "@" (p@ss) goes whole.
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):([^\s/?#]+)@")
+# Azure's AccountKey= and SharedAccessKey=, a SAS URL's sig=, a presigned URL's signature: each is the key.
+_SIGNED = re.compile(
+    r"(?i)(?<![a-z0-9-])((?:AccountKey|SharedAccessKey|sig|X-Amz-Signature|X-Goog-Signature)=)([^\s;&\"'<>]+)"
+)
+# "Cookie: sid=x; csrf=y" and "Set-Cookie: ...": the value is the session, up to the end of line or a quote.
+_COOKIE = re.compile(r"(?i)\b((?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)([^\s=;,\"']{1,128}=[^\r\n\"']*)")
 # "Authorization: Token abc...", any scheme or none; the credential goes if it looks like one.
 _AUTHORIZATION = re.compile(
     r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)"  # the header name, kept
-    r"((?:[A-Za-z][\w-]*\s+)?)([^\s\"',;]+)"  # its scheme (Bearer, Basic, Token, ...) and credential
+    r"((?:[A-Za-z][\w-]*[ \t]+)?)([^\s\"',;]+)"  # its scheme (Bearer, Basic, Token, ...) and credential
+)
+# After these the credential goes whatever it looks like: "Bearer sunshine" is a token, not prose.
+_AUTH_SCHEMES = frozenset(
+    {"bearer", "basic", "digest", "negotiate", "ntlm", "token", "oauth", "apikey", "api-key", "key", "ssws", "dpop"}
+)
+# "password: correct horse battery staple": a passphrase to the end of its line, a closing quote or a sentence
+# end. The label is followed by ":" or a spaced "="; a quoted value is left to _ASSIGNMENTS.
+_PASSPHRASE = re.compile(
+    r"(?im)(?<![a-z0-9])((?:[a-z0-9]+[_.-])*(?:password|passwd|passphrase|passcode|pwd)(?:\s+is)?[\"']?"
+    r"[ \t]*(?::|=(?=[ \t]))[ \t]*)"
+    r"(?![\"'\s])([^\r\n]+?)(?=[\"`]|'(?![a-z])|(?<=[.!?])\s|$)"
 )
 # "password: x", "api_key=x", "my password is: x", "password - x": keep the words, drop the value. The name
 # may carry a prefix, as environment variables do (DB_PASSWORD=x, OPENAI_API_KEY=x), and a closing quote,
@@ -55,10 +90,13 @@ _ASSIGNMENTS = re.compile(
     r"(?i)(?<![a-z0-9])((?:[a-z0-9]+[_.-])*"
     r"(?:password|passwd|passcode|passphrase|pwd|pin|secret[_ -]?(?:access[_ -]?)?key|secret|client[_ -]?secret"
     r"|api[_ -]?key|access[_ -]?token|token))"
-    r"([\"']?\s*[:=]\s*|(?:\s+(?:for|on|to|of|at)(?:\s+(?!is\b)[\w.@'-]+){1,3})?\s+is(?:\s*[:=]\s*|\s+)"
+    r"([\"']?[ \t]*[:=][ \t]*|(?:\s+(?:for|on|to|of|at)(?:\s+(?!is\b)[\w.@'-]+){1,3})?\s+is(?:\s*[:=]\s*|\s+)"
     r"|\s+[-–—]\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 )
-_SECRET_KEYS = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|authorization|cookie|credential)")
+_SECRET_KEYS = re.compile(
+    r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|private[_-]?key|authorization|cookie|credential)"
+    r"|(?<![A-Za-z])(?i:auth)(?![a-z])"  # "auth", "basic_auth", "authHeader"; not "author" or "oauth"
+)
 _PROSE_PUNCTUATION = ".,;:!?)(\"'"
 # Words that follow "password is" when someone describes a password rather than gives it.
 _DESCRIBES_PASSWORD = frozenset(
@@ -88,7 +126,10 @@ class Redactor:
         value = self.known(value)
         for pattern in _PATTERNS:
             value = pattern.sub(REDACTED, value)
+        value = _SIGNED.sub(_keep_name, value)
+        value = _COOKIE.sub(_keep_name, value)
         value = _AUTHORIZATION.sub(_authorization, value)
+        value = _PASSPHRASE.sub(_keep_name, value)
         return _ASSIGNMENTS.sub(_assignment, value)
 
     def known(self, value: str) -> str:
@@ -99,11 +140,11 @@ class Redactor:
         return _URL_PASSWORD.sub(_url_password, value)
 
     def value(self, value: Any) -> Any:
-        """Any JSON-like value, recursively; keys that name a secret lose their value."""
+        """Any JSON-like value, recursively; keys that name a secret lose every string in their value."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {k: REDACTED if _names_secret(k, v) else self.value(v) for k, v in value.items()}
+            return {k: _hidden(v) if _names_secret(k) else self.value(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.value(item) for item in value]
         return value
@@ -115,13 +156,21 @@ def _url_password(match: re.Match[str]) -> str:
     return match.group(0) if masked else f"{match.group(1)}:{REDACTED}@"
 
 
+def _keep_name(match: re.Match[str]) -> str:
+    """The label (``AccountKey=``, ``Cookie: ``, ``password: ``) kept, its value redacted."""
+    return f"{match.group(1)}{REDACTED}"
+
+
 def _authorization(match: re.Match[str]) -> str:
-    header, _scheme, credential = match.groups()
-    return f"{header}{REDACTED}" if _looks_secret(credential) else match.group(0)
+    header, scheme, credential = match.groups()
+    named = scheme.strip().casefold() in _AUTH_SCHEMES and credential != REDACTED
+    return f"{header}{REDACTED}" if named or _looks_secret(credential) else match.group(0)
 
 
 def _assignment(match: re.Match[str]) -> str:
     name, separator, value = match.groups()
+    if value.rstrip(_PROSE_PUNCTUATION) == REDACTED:  # a passphrase or token already gone: keep its closing quote
+        return match.group(0)
     strong = any(mark in separator for mark in ":=")  # "password: x" names its value; "password is x" may not
     plain_is = separator.strip().casefold() == "is"  # not "password for wifi is x": that needs a credential's shape
     if strong or _looks_secret(value) or (plain_is and _gives_a_password(value)):
@@ -146,9 +195,19 @@ def _looks_secret(word: str) -> bool:
     return (len(core) >= MIN_SECRET_CHARS and inner_capital) or len(core) >= LONG_SECRET_CHARS
 
 
-def _names_secret(key: Any, value: Any) -> bool:
-    # Counts such as "input_tokens" are numbers, not secrets; only string values are hidden.
-    return isinstance(key, str) and isinstance(value, str) and bool(_SECRET_KEYS.search(key))
+def _names_secret(key: Any) -> bool:
+    return isinstance(key, str) and bool(_SECRET_KEYS.search(key))
+
+
+def _hidden(value: Any) -> Any:
+    """Every string inside ``value`` redacted, its shape kept; numbers stay: "input_tokens" counts are no secret."""
+    if isinstance(value, str):
+        return REDACTED
+    if isinstance(value, dict):
+        return {key: _hidden(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_hidden(item) for item in value]
+    return value
 
 
 def bounded(text: str, limit: int) -> str:

@@ -43,7 +43,7 @@ async def test_a_tool_call_of_two_megabytes_stores_a_bounded_trace_but_the_loop_
     tmp_path, roomy_openai: FakeOpenAI
 ):
     # The arguments were stored whole, and the schema error quoting them again: about 4 MB per call.
-    query = "password: hunter2-x " + "x" * HUGE
+    query = "password: hunter2-x. " + "x" * HUGE
     roomy_openai.script(tool_calls(("search_policies", {"query": query}), usage=(100, 10)), text("Done."))
     async with service(tmp_path, roomy_openai, OnePassage(), **ROOMY) as svc:
         reply = await ask(svc, "find it")

@@ -168,3 +168,132 @@ def test_a_password_named_for_what_it_opens_is_redacted_and_prose_about_it_is_no
         "the password for guests is rotated monthly",
     ):
         assert redactor.text(prose) == prose
+
+
+def test_a_passphrase_after_a_password_label_is_redacted_to_the_end_of_its_line_sentence_or_quote():
+    redactor = Redactor()
+    for said, redacted in [
+        ("password: correct horse battery staple", f"password: {REDACTED}"),
+        ("passphrase: correct horse battery staple. Thanks!", f"passphrase: {REDACTED} Thanks!"),
+        ("my password is: it's a long one, don't ask\nnext line", f"my password is: {REDACTED}\nnext line"),
+        ("password = correct horse battery staple", f"password = {REDACTED}"),
+        ('curl -d "password: correct horse battery" url', f'curl -d "password: {REDACTED}" url'),
+        ("DB_PASSWORD=Hunter2 ./run.sh", f"DB_PASSWORD={REDACTED} ./run.sh"),  # a shell word ends at a space
+    ]:
+        assert redactor.text(said) == redacted, said
+    listed = "you must change your password:\n\n- **immediately** if you think someone knows it;"
+    assert redactor.text(listed) == listed  # a label ending its line names no value
+
+
+def test_a_plain_word_after_a_known_authorization_scheme_is_redacted():
+    redactor = Redactor()
+    for header, kept in [
+        ("Authorization: Bearer sunshine", "Authorization: "),
+        ("authorization: basic letmein", "authorization: "),
+        ('"Authorization": "Token opensesame"', '"Authorization": "'),
+    ]:
+        assert redactor.text(header).startswith(kept + REDACTED), header
+        assert "sunshine" not in redactor.text(header) and "letmein" not in redactor.text(header)
+        assert "opensesame" not in redactor.text(header)
+    for prose in ("Authorization: manager approval needed", "Authorization: Bearer\nsee the wiki"):
+        assert redactor.text(prose) == prose
+
+
+def test_a_url_password_holding_an_unencoded_at_sign_is_redacted_whole():
+    redactor = Redactor()
+    for said, redacted in [
+        ("postgresql://user:p@ss@host/db", f"postgresql://user:{REDACTED}@host/db"),
+        ("https://bob:p@ss:w0rd@example.com/x?next=a@b", f"https://bob:{REDACTED}@example.com/x?next=a@b"),
+        (
+            "redis://:s3c@ret@cache:6379, then ssh://git@github.com",
+            f"redis://:{REDACTED}@cache:6379, then ssh://git@github.com",
+        ),
+    ]:
+        assert redactor.text(said) == redacted, said
+        assert Redactor().known(said) == redacted, said
+
+
+def test_cookie_headers_lose_their_value():
+    redactor = Redactor()
+    for header, redacted in [
+        ("Cookie: session=abc123; csrftoken=xyz", f"Cookie: {REDACTED}"),
+        ("Set-Cookie: sid=31d4d96e407aad42; Path=/; Secure", f"Set-Cookie: {REDACTED}"),
+        ("curl -H 'Cookie: sid=plainword' https://x", f"curl -H 'Cookie: {REDACTED}' https://x"),
+        ('{"Cookie": "sid=plainword"}', f'{{"Cookie": "{REDACTED}"}}'),
+    ]:
+        assert redactor.text(header) == redacted, header
+    for prose in ("Cookie: we use them for analytics", "the cookie policy is strict"):
+        assert redactor.text(prose) == prose
+
+
+def test_storage_keys_and_signatures_in_connection_strings_and_urls_are_redacted():
+    redactor = Redactor()
+    for said, redacted in [
+        (
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=abc123+/def==;EndpointSuffix=core.windows.net",
+            f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={REDACTED};EndpointSuffix=core.windows.net",
+        ),
+        (
+            "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=abcDEF123+/=",
+            f"Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey={REDACTED}",
+        ),
+        (
+            "https://acct.blob.core.windows.net/c/f?sv=2020-08-04&ss=b&sig=abcDEF%2B123%3D&se=2024",
+            f"https://acct.blob.core.windows.net/c/f?sv=2020-08-04&ss=b&sig={REDACTED}&se=2024",
+        ),
+        (
+            "https://b.s3.amazonaws.com/f?X-Amz-Date=20240101&X-Amz-Signature=0a1b2c3d4e5f",
+            f"https://b.s3.amazonaws.com/f?X-Amz-Date=20240101&X-Amz-Signature={REDACTED}",
+        ),
+    ]:
+        assert redactor.text(said) == redacted, said
+    for prose in ("set AccountKey in the portal", "the sig= parameter of a SAS URL"):
+        assert redactor.text(prose) == prose
+
+
+def test_mapping_keys_that_name_a_secret_hide_every_string_inside_their_value():
+    value = {
+        "credentials": {"user": "u", "pass": "p", "retries": 3},
+        "auth": ["x", "y"],
+        "basic_auth": "bob:plainword",
+        "Cookie": {"sid": "abc"},
+        "tokens": {"input": 5, "output": 7},
+        "author": "Ann",
+    }
+    assert Redactor().value(value) == {
+        "credentials": {"user": REDACTED, "pass": REDACTED, "retries": 3},
+        "auth": [REDACTED, REDACTED],
+        "basic_auth": REDACTED,
+        "Cookie": {"sid": REDACTED},
+        "tokens": {"input": 5, "output": 7},  # counts stay
+        "author": "Ann",
+    }
+
+
+def test_more_credential_shapes_people_paste_are_redacted():
+    redactor = Redactor()
+    for sample in (
+        "ASIAABCDEFGHIJKLMNOP",  # AWS temporary access key id
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+        "xoxc-1234-5678-abcdefg",  # Slack client token
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF\n=abcd\n-----END PGP PRIVATE KEY BLOCK-----",
+        "sk_live_abcdefghijklmnop1234",  # Stripe
+        "npm_abcdefghijklmnopqrstuvwxyz0123456789",
+    ):
+        assert redactor.text(f"x {sample} y") == f"x {REDACTED} y", sample
+    cut = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEowIBAAKCAQEAx1y2z3\nAbCdEfGhIjKlMnOp"
+    assert redactor.text(f"my key:\n{cut}\nwhat now?") == f"my key:\n{REDACTED}\nwhat now?"  # pasted without its end
+
+
+def test_prose_about_passwords_tokens_and_cookies_stays_as_written():
+    redactor = Redactor()
+    for prose in (
+        "reset your password in the portal",
+        "the password must be 14 characters",
+        "max_tokens: 800",
+        "the token budget ran out",
+        "sk-abc is not a key",
+        "the AKIA prefix marks an access key id",
+        "Bearer bonds are old",
+    ):
+        assert redactor.text(prose) == prose
