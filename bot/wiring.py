@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from bot.agent import AgentDeps, Budgets, LoopSettings, PriceTable, TurnLimits
 from bot.config import Settings
-from bot.delivery import Outbox, OutboxPolicy, SweepPolicy
+from bot.delivery import DeliveryResult, Outbox, OutboxPolicy, SweepPolicy
 from bot.errors import ConfigError, UnknownPrice
 from bot.helpdesk import CaseDeliveries, Destination, Helpdesk, TranscriptLimits
 from bot.index import OwnedIndex
@@ -184,7 +184,7 @@ def helpdesk_for(
 ) -> tuple[Outbox, Helpdesk]:
     """The outbox that delivers cases and the helpdesk that opens them, sharing one redactor."""
     redactor = Redactor(settings.secret_values())
-    count = (lambda r: metrics.observe_delivery(r.destination, r.status)) if metrics is not None else None
+    count = delivery_counter(metrics, [d.name for d in destinations]) if metrics is not None else None
     outbox = Outbox(store, [CaseDeliveries(store, destinations)], outbox_policy(settings), redactor=redactor,
                     on_result=count)
     helpdesk = Helpdesk(
@@ -197,6 +197,18 @@ def helpdesk_for(
         on_created=outbox.wake,
     )
     return outbox, helpdesk
+
+
+def delivery_counter(metrics: Metrics, helpdesk: Sequence[str]) -> Callable[[DeliveryResult], None]:
+    """Counts each outbox attempt: a case's under handoff deliveries, a Slack or Teams reply's under replies
+    (the one outbox sends both)."""
+    names = frozenset(helpdesk)
+
+    def count(result: DeliveryResult) -> None:
+        observe = metrics.observe_delivery if result.destination in names else metrics.observe_reply
+        observe(result.destination, result.status)
+
+    return count
 
 
 def _dense(embedder: Embedder) -> Callable[[Sequence[str]], list[list[float]]]:

@@ -36,6 +36,9 @@ class Metrics:
         self.deliveries = Counter(
             "policypal_handoff_deliveries", "Handoff deliveries by outcome", ["destination", "outcome"], registry=r
         )
+        self.replies = Counter(
+            "policypal_reply_deliveries", "Slack/Teams replies by outcome", ["destination", "outcome"], registry=r
+        )
         self.requests = Counter(
             "policypal_platform_requests", "Slack/Teams requests by status", ["platform", "status"], registry=r
         )
@@ -68,7 +71,13 @@ class Metrics:
         return name if self._tools is None or name in self._tools else UNKNOWN_TOOL
 
     def observe_delivery(self, destination: str, outcome: str) -> None:
+        """One attempt at delivering a helpdesk case."""
         self.deliveries.labels(destination=destination, outcome=outcome).inc()
+
+    def observe_reply(self, destination: str, outcome: str) -> None:
+        """One attempt at posting a reply (``slack:chat``, ``teams:chat``): counted apart from handoffs, or
+        an alert on failed handoffs would fire on a Slack incident that the outbox rides out."""
+        self.replies.labels(destination=destination, outcome=outcome).inc()
 
     def set_pending(self, counts: Mapping[str, int]) -> None:
         """Every state, so one that emptied shows 0 rather than its last count."""

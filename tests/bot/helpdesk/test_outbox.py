@@ -17,6 +17,7 @@ from bot.runtime import Metrics
 from bot.store import Store, utcnow
 from bot.store.tables import Handoff
 from bot.types import UserRef
+from bot.wiring import delivery_counter
 from tests.databases import Database
 
 ALICE = UserRef("U_ALICE", "Alice", "alice@example.com")
@@ -181,3 +182,18 @@ async def test_a_delivery_whose_case_is_gone_fails_at_once_naming_the_case(store
         await tx.execute(delete(Handoff))
     (result,) = await Outbox(store, [sender], QUICK).run_once()
     assert (result.label, result.status) == ("HD-1001", "failed") and "case not found" in result.detail
+
+
+def test_replies_are_counted_apart_from_handoff_deliveries() -> None:
+    # the one outbox sends Slack/Teams replies and helpdesk cases: a reply failing during a Slack
+    # incident must not read as a failed handoff on the operator's dashboard
+    metrics = Metrics()
+    count = delivery_counter(metrics, ["hook"])
+
+    count(DeliveryResult("HD-1001", "hook", "delivered"))
+    count(DeliveryResult("post 7", "slack:chat", "failed"))
+
+    text = metrics.render().decode()
+    assert 'policypal_handoff_deliveries_total{destination="hook",outcome="delivered"} 1.0' in text
+    assert 'policypal_reply_deliveries_total{destination="slack:chat",outcome="failed"} 1.0' in text
+    assert 'policypal_handoff_deliveries_total{destination="slack:chat"' not in text
