@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     max_searches: PositiveInt = 3
     tool_result_chars: PositiveInt = 6_000
     compact_at_tokens: PositiveInt = 12_000
-    pending_ttl_s: NonNegativeInt = 24 * 3600
+    pending_ttl_s: PositiveInt = 24 * 3600  # 0 would expire every card as it is posted
 
     # retrieval
     qdrant_url: HttpUrl | None = None

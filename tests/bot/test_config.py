@@ -175,3 +175,10 @@ def test_a_helpdesk_destination_without_its_address_is_refused_not_silently_off(
     case then stayed in the local store: nobody was emailed, nothing said why."""
     message = refusal(monkeypatch, **variables)
     assert f"{missing} is not" in message, message
+
+
+def test_a_card_lifetime_of_zero_is_refused(monkeypatch: pytest.MonkeyPatch):
+    """POLICYPAL_PENDING_TTL_S=0 expired every Confirm/Cancel card as it was posted: no ticket could be raised."""
+    refused = refusal(monkeypatch, POLICYPAL_PENDING_TTL_S="0")
+    assert "POLICYPAL_PENDING_TTL_S: Input should be greater than 0" in refused
+    assert from_env(monkeypatch, POLICYPAL_PENDING_TTL_S="60").pending_ttl_s == 60

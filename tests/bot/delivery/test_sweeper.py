@@ -284,13 +284,14 @@ async def test_only_one_replica_takes_over_a_dead_run(store: Store, second_store
 
 
 async def test_an_expired_card_is_updated_once_to_say_so(tmp_path, fake_openai):
-    async with service(tmp_path, fake_openai, NoPassages(), pending_ttl_s=0) as svc:
+    async with service(tmp_path, fake_openai, NoPassages(), pending_ttl_s=60) as svc:
         sender = posted(svc)
         await svc.store.threads.remember_place(PLACE)
         action = await svc.pending.propose(
             run_id="r1", conversation_key=KEY, requester="U_ALICE", tool="create_it_ticket", call_id="c1",
             arguments={"summary": "VPN"}, text="Confirm?", run_state={},
         )  # fmt: skip
+        svc.pending._clock = lambda: utcnow() + timedelta(seconds=61)  # the card's minute has passed
         await svc.pending.set_platform_message(action.id, {"platform": "slack", "channel": "C1", "ts": "1.2"})
         first = await Sweeper(svc).sweep_once()
         second = await Sweeper(svc).sweep_once()
