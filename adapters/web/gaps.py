@@ -3,7 +3,8 @@
 A gap is a run that ended not covered, gave up for want of an answer, or was rated not helpful.
 Questions are grouped by similar wording with the bundled embedding model (``bot.insights``), each
 group with its counts, an example run's searches and what they found (when the operator may read
-that run), and, beside them, the documents most cited by answers rated not helpful.
+that run), and, beside them, the documents most cited by answers rated not helpful (of the runs the
+operator may read: ``_cited``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bot.insights import Embed, EmbeddingCache, GapGroup, GapQuestion, gaps_csv,
 from bot.redaction import bounded
 from bot.service import PolicyPal
 from bot.store import NOT_HELPFUL, GapRun
+from bot.store.reports import CitedSources
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +71,33 @@ async def show(request: web.Request) -> web.Response:
     groups, preparing = await grouped_now(request.config_dict[SERVICE], request.app[GROUPER], since)
     shown = groups[:GROUPS_SHOWN]
     found = await _searches(request, [g.run_ids[0] for g in shown if g.run_ids])
-    sources = await request.config_dict[SERVICE].store.reports.not_helpful_sources(since)
+    sources = await _cited(request, since)
     return page(
         request,
         "gaps.html",
         groups=shown,
         total_groups=len(groups),
         found=found,
-        sources=sources,
+        sources=sources.documents,
+        withheld_sources=sources.withheld,
         days=(last - first).days + 1,
         preparing=preparing,
         reload_s=RELOAD_S,
+    )
+
+
+async def _cited(request: web.Request, since: datetime) -> CitedSources:
+    """The documents cited by answers rated not helpful, over the runs this operator may read.
+
+    A run built for restricted groups may cite documents only they may read (an HR-only plan), and its
+    citations hold no audience of their own; so, as on the run's page, what it cited is shown only to the
+    operators in ``POLICYPAL_CONSOLE_RESTRICTED_OPERATORS``. For the others such runs count towards no
+    document, not even a public one (a count one higher than the public answers explain would say what a
+    restricted run cited); the page says how many answers were left out, a total like the run counts every
+    operator sees, without a title or file name."""
+    access, operator = request.app[ACCESS], operator_of(request)
+    return await request.config_dict[SERVICE].store.reports.not_helpful_sources(
+        since, readable=lambda audience: access.may_read(operator, audience)
     )
 
 

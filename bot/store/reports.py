@@ -12,7 +12,7 @@ only the last two days' rows. The same SQL runs on SQLite and PostgreSQL.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -120,6 +120,19 @@ class GapRun:
     reason: str | None
     feedback: str | None
     started_at: datetime
+
+
+Readable = Callable[[list[str] | None], bool]  # whether the reader may see what a run built for this audience holds
+
+
+@dataclass(frozen=True)
+class CitedSources:
+    """The documents cited by answers rated not helpful that the reader may see: (title, source, answers),
+    most first; ``withheld``: the answers rated not helpful that cited something the reader may not see
+    (runs built for restricted groups), counted in none of them."""
+
+    documents: list[tuple[str, str, int]]
+    withheld: int = 0
 
 
 @dataclass(frozen=True)
@@ -266,19 +279,34 @@ class Reports(Repository):
         async with self._engine.connect() as conn:
             return [GapRun(**row._mapping) for row in await conn.execute(stmt)]
 
-    async def not_helpful_sources(self, since: datetime, limit: int = 10) -> list[tuple[str, str, int]]:
-        """The documents most cited by answers rated not helpful: (title, source, answers), most first."""
+    async def not_helpful_sources(
+        self, since: datetime, limit: int = 10, *, readable: Readable | None = None
+    ) -> CitedSources:
+        """The documents most cited by answers rated not helpful, most first, counted over the runs whose
+        audience ``readable`` accepts (every run without it); the others are only counted, as ``withheld``.
+
+        Citations carry no audience of their own: a run built for restricted groups may cite documents
+        only they may read, so, as on a run's page, what such a run cited is the reader's to see only
+        when they may read the run. Its citations are then left out of every document's count, not only
+        of restricted documents' (a count that grew by a restricted run would say what that run cited),
+        so the counts shown are honest for the runs they cover, and ``withheld`` says how many were not."""
         stmt = (
-            select(Run.citations)
+            select(Run.citations, Run.audience)
             .where(Run.started_at >= since, Run.feedback == NOT_HELPFUL, Run.citations.is_not(None))
             .order_by(Run.started_at.desc())
             .limit(SCAN_LIMIT)
         )
         counts = Counter[tuple[str, str]]()
+        withheld = 0
         async with self._engine.connect() as conn:
-            for cited in (await conn.execute(stmt)).scalars():
-                counts.update({(c.get("title", ""), c.get("source", "")) for c in cited or ()})
-        return [(title, source, n) for (title, source), n in counts.most_common(limit)]
+            for row in await conn.execute(stmt):
+                if not row.citations:
+                    continue  # cited nothing: neither counted nor withheld
+                if readable is not None and not readable(row.audience):
+                    withheld += 1
+                    continue
+                counts.update({(c.get("title", ""), c.get("source", "")) for c in row.citations})
+        return CitedSources([(title, source, n) for (title, source), n in counts.most_common(limit)], withheld)
 
     async def traces(self, run_ids: Sequence[str]) -> dict[str, tuple[list[dict[str, Any]], list[str] | None]]:
         """Some runs' traces with the audience each was built for (which decides who may read them)."""

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from adapters.web.gaps import Grouper, warm_up
+from bot.policy_tools import cite_for
 from bot.store import utcnow
 from retrieval import PolicyIndex
 from tests.adapters.web import scenario
@@ -154,3 +155,36 @@ async def test_a_failed_grouping_by_meaning_is_said_on_the_page_not_reloaded_for
             await asyncio.sleep(0.05)
     assert "RuntimeError: the model file is unreadable" in page and "refresh" not in page
     assert sorted(groups(page)) == sorted((q, 1) for q in PETS[:2])  # still every question, by exact wording
+
+
+def cited(page: str) -> list[tuple[str, str, int]]:
+    """The table of documents cited in answers rated not helpful: (title, file, answers)."""
+    table = page.split("Cited in “not helpful” answers", 1)[1]
+    found = re.findall(r'<tr><td>(.*?)<br><small>(.*?)</small></td><td class="num">(\d+)</td></tr>', table, re.S)
+    return [(title, source, int(n)) for title, source, n in found]
+
+
+async def test_documents_cited_by_restricted_runs_show_only_to_operators_who_may_read_them(start_console, fake_openai):
+    console = await start_console(Finds())
+    svc = console.service
+    public = await scenario.answered(svc, fake_openai)  # Alice: a run built for everyone
+    reorg = await scenario.restricted(svc, fake_openai)  # Dana (hr) in a DM: cites the HR-only reorg plan
+    fake_openai.script(
+        scenario.tool_calls(scenario.search("taxi receipts")),
+        scenario.text(f"Yes, keep it [{cite_for(scenario.RECEIPTS)}]."),
+    )
+    receipts = await scenario.ask(svc, "and for a train ticket?", scenario.DANA)  # restricted run, public document
+    for reply, user in ((public, ALICE), (reorg, scenario.DANA), (receipts, scenario.DANA)):
+        assert await svc.feedback(reply.run_id, "not_helpful", user.id)
+
+    status, page = await console.get("/console/gaps")
+    assert status == 200, page
+    assert cited(page) == [("Expenses Policy", "expenses.md", 1)]  # the public run's answer only
+    assert "Reorg Plan" not in page and "reorg.md" not in page
+    assert 'id="restricted-sources"' in page and "2 answers built for restricted groups" in page
+
+    allowed = await start_console(Finds(), console_restricted_operators="console")  # the same database
+    status, page = await allowed.get("/console/gaps")
+    assert status == 200, page
+    assert cited(page) == [("Expenses Policy", "expenses.md", 2), ("Reorg Plan", "reorg.md", 1)]
+    assert 'id="restricted-sources"' not in page

@@ -77,3 +77,27 @@ async def test_settled_days_are_read_once_and_recent_days_every_time(store: Stor
     assert again.runs == 3 and sum(again.by_day[recent.date()].values()) == 2
     with pytest.raises(ValueError, match="whole UTC days"):
         await store.reports.overview(old + timedelta(hours=1), recent)
+
+
+async def test_not_helpful_sources_count_only_the_runs_the_reader_may_read(store: Store):
+    expenses = {"title": "Expenses Policy", "heading": "Receipts", "source": "expenses.md"}
+    reorg = {"title": "Reorg Plan", "heading": "Team changes", "source": "reorg.md"}
+    start = midnight(3)
+    rated = [
+        (["all"], [expenses]),  # public
+        (["all"], [expenses, expenses]),  # one answer citing a document twice counts once
+        (["all", "hr"], [reorg, expenses]),  # built for hr: may cite what only hr reads
+        (None, [expenses]),  # recorded before audiences were: restricted
+        (["all", "hr"], []),  # cited nothing: neither counted nor withheld
+    ]
+    for n, (audience, citations) in enumerate(rated):
+        row = _run(n, start + timedelta(hours=n), steps=1, tokens=1, cost=0.0, feedback="not_helpful")
+        await store.runs.record({**row, "audience": audience, "citations": citations})
+    helpful = _run(9, start, steps=1, tokens=1, cost=0.0, feedback="helpful")
+    await store.runs.record({**helpful, "audience": ["all"], "citations": [reorg]})  # not rated not helpful
+
+    public_only = await store.reports.not_helpful_sources(midnight(4), readable=lambda a: a == ["all"])
+    assert public_only.documents == [("Expenses Policy", "expenses.md", 2)] and public_only.withheld == 2
+    everything = await store.reports.not_helpful_sources(midnight(4))
+    assert everything.documents == [("Expenses Policy", "expenses.md", 4), ("Reorg Plan", "reorg.md", 1)]
+    assert everything.withheld == 0
