@@ -122,7 +122,15 @@ class SlackBridge:
             hint = files_not_read(inbound.files, question=False) if inbound.files else EMPTY_QUESTION_HINT
             await self.service.notice(address, hint, conversation_key=key)
             return
-        await self.service.handle_message(inbound, progress=await self._status(channel, thread))
+        progress = await self._status(channel, thread)
+        try:
+            await self.service.handle_message(inbound, progress=progress)
+        except Exception:
+            # No reply will clear it (Slack does so on the bot's next message): until the inbox runs the
+            # item again, or tells the person it failed, the thread must not say it is still working.
+            if progress is not None:
+                await self.poster.set_status(channel, thread, "")
+            raise
 
     async def _status(self, channel: str, thread: str) -> Progress | None:
         """The thread's status line now, and a hook that keeps it saying what the run does (bot.agent.progress).

@@ -27,7 +27,7 @@ from adapters.slack.blocks import (
     markdown_message,
     notice_messages,
 )
-from adapters.slack.mrkdwn import to_mrkdwn
+from adapters.slack.mrkdwn import escape, to_mrkdwn
 from adapters.slack.post import CHANNEL_ERRORS, SlackWriter, may_have_posted
 from adapters.slack.streaming import SlackStreams, StreamedAnswer
 from bot.cards import CardView
@@ -95,7 +95,8 @@ class SlackSender:
         error = (post.reason or "").rpartition(": ")[2] or "an error"
         bot = self._writer.bot.name or "PolicyPal"
         fix = f"Invite me there with `/invite @{bot}`, or ask me here." if error in CHANNEL_ERRORS else ""
-        text = f"I couldn't post my reply in <#{post.address.channel}> (Slack said `{error}`). {fix} {post.text}"
+        said = to_mrkdwn(post.text)  # the reply's Markdown as mrkdwn: a file name in it must not become a ping
+        text = f"I couldn't post my reply in <#{post.address.channel}> (Slack said `{error}`). {fix} {said}"
         return notice_messages(" ".join(text.split()))
 
     def _streamed(self, post: Post) -> StreamedAnswer | None:
@@ -116,7 +117,8 @@ class SlackSender:
                 return give_up_messages(gave_up, post.run_id)
             if post.case_id:
                 return handoff_messages(post.text, post.case_id)
-            return notice_messages(post.text)
+            # The core's plain text, with what people wrote in it (file names): never markup, never a ping.
+            return notice_messages(escape(post.text))
         outcome = post.reply_outcome()
         if isinstance(outcome, Answer):
             return answer_messages(outcome, post.run_id or "", actions=post.from_a_run)

@@ -12,10 +12,10 @@ starting another; stopStream puts the row's metadata on the message, so ``SlackW
 after a crash like any post. Only a crash between startStream's answer and that save can leave an
 unfinished stream beside the retried reply.
 
-On any stream error the answer still arrives whole: chat.update of the message the stream started
-(Slack ends a stream that ran too long, python-slack-sdk #1859), or, when none was started, a plain
-post. A workspace where streaming is not available (not an AI app) is remembered, so the process
-stops trying.
+On any stream error the answer still arrives whole: the stream the message began is stopped (so Slack
+stops showing it as being written) and the message replaced by chat.update (Slack ends a stream that ran
+too long, python-slack-sdk #1859), or, when none was started, a plain post. A workspace where streaming
+is not available (not an AI app) is remembered, so the process stops trying.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class SlackStreams:
         channel, thread, user = where
         started = _started(delivery.progress)
         if started is not None:  # an earlier attempt began this message: finish it, never start another
-            await self._writer.update(channel, started, answer.whole)
+            await self._replace(channel, started, answer, row.id)
             return started
         if may_have_posted(row, delivery) and (found := await self._writer.find(channel, thread, row=row.id, part=0)):
             return found
@@ -100,8 +100,18 @@ class SlackStreams:
             await self._write(channel, ts, pieces[1:], answer.tail, row.id)
         except RemoteError as exc:
             log.warning("slack post %s: the stream failed (%s); the answer replaces it whole", row.id, exc)
-            await self._writer.update(channel, ts, answer.whole)
+            await self._replace(channel, ts, answer, row.id)
         return ts
+
+    async def _replace(self, channel: str, ts: str, answer: StreamedAnswer, row: int) -> None:
+        """The whole answer over a stream that broke off: stopped first, or Slack would go on showing it as
+        being written; stopping also puts the row's metadata on it. Slack may have ended it already (it
+        ends streams that run too long), so a refused stop changes nothing."""
+        try:
+            await self._writer.stop_stream(channel, ts, answer.tail, row=row, part=0)
+        except RemoteError as exc:
+            log.info("slack post %s: stopping the broken stream %s failed (%s); replacing it anyway", row, ts, exc)
+        await self._writer.update(channel, ts, answer.whole)
 
     async def _write(self, channel: str, ts: str, pieces: list[str], tail: list[Block], row: int) -> None:
         for piece in pieces:

@@ -15,11 +15,15 @@ import pytest
 import pytest_asyncio
 
 from adapters.slack.blocks import FEEDBACK, HANDOFF, answer_markdown, answer_tail, markdown_message
+from adapters.slack.flows import SlackBridge
 from adapters.slack.inbound import BotIdentity
-from adapters.slack.post import METADATA_TYPE, SlackWriter, web_client
+from adapters.slack.post import METADATA_TYPE, SlackPoster, SlackWriter, web_client
+from adapters.slack.sender import SlackSender
 from adapters.slack.streaming import SlackStreams, StreamedAnswer, chunks
-from bot.delivery import Delivery
+from adapters.slack.users import UserDirectory
+from bot.delivery import Address, Delivery, Post
 from bot.errors import RemoteError
+from bot.identity import GroupMap
 from bot.types import Answer, Citation, TerminationReason
 from tests.adapters.slack.test_app import ALICE, CITE, PASSAGE, SlackRig, answer, running_slack, search
 from tests.bot.helpers import eventually
@@ -257,3 +261,80 @@ async def test_chunks_cut_at_lines_or_spaces_and_join_back_to_the_text():
     pieces = chunks(text, 100)
     assert "".join(pieces) == text and all(len(p) <= 100 for p in pieces)
     assert chunks("short") == ["short"] and chunks("") == []
+
+
+# --- what a person sees when something goes wrong ---------------------------------------------------------
+
+
+async def test_a_file_name_with_slack_markup_is_shown_as_text_and_pings_nobody(ai_slack: SlackRig):
+    files = [{"id": "F3", "name": "<!channel> budget & <@U_BOB>.xlsx"}]
+    event = dm_event(ALICE, "", subtype="file_share", files=files, thread_ts="1690000000.000010")
+    await ai_slack.send(event_envelope(event))
+    (notice,) = await ai_slack.replies(1)
+    assert "&lt;!channel&gt; budget &amp; &lt;@U_BOB&gt;.xlsx" in notice.block_text
+    assert "<!channel>" not in notice.block_text + notice["text"] and "<@U_BOB>" not in notice.block_text
+
+
+async def test_a_file_name_beside_a_question_is_escaped_in_the_note_before_the_answer(ai_slack: SlackRig):
+    ai_slack.model.script(answer())
+    files = [{"id": "F4", "name": "<!here>.pdf"}]
+    event = dm_event(ALICE, "Is this OK?", subtype="file_share", files=files, thread_ts="1690000000.000011")
+    await ai_slack.send(event_envelope(event))
+    (notice,) = await ai_slack.replies(1)
+    assert "&lt;!here&gt;.pdf" in notice.block_text and "<!here>" not in notice.block_text + notice["text"]
+    await ai_slack.slack.wait_for("chat.stopStream")
+
+
+async def test_a_run_that_fails_clears_the_status_line_it_set():
+    class Failing:
+        async def handle_message(self, inbound: Any, progress: Any = None) -> None:
+            raise RuntimeError("the database went away mid-run")
+
+    async with FakeSlackAPI(streaming=True) as slack, aiohttp.ClientSession() as session:
+        slack.add_user(ALICE, "alice", "alice@example.com")
+        client = web_client(slack.token, session, slack.base_url)
+        bot = BotIdentity("UBOT", "BBOT", "T0TEAM")
+        bridge = SlackBridge(Failing(), SlackPoster(client, bot), SlackWriter(client, bot),  # type: ignore[arg-type]
+                             UserDirectory(client, GroupMap()), bot)
+        event = dm_event(ALICE, "Can I work abroad?", thread_ts="1690000000.000012")
+        with pytest.raises(RuntimeError):  # raised to the inbox, which runs it again
+            await bridge.answer(event, event_envelope(event))
+        statuses = slack.calls_to("assistant.threads.setStatus")
+        assert statuses[0]["status"] and statuses[-1]["status"] == ""  # not left saying it is working
+        assert {(c["channel_id"], c["thread_ts"]) for c in statuses} == {("D0ALICE", event["thread_ts"])}
+
+
+async def test_a_stream_that_fails_mid_way_is_stopped_before_the_whole_answer_replaces_it():
+    async with FakeSlackAPI(streaming=True) as slack, aiohttp.ClientSession() as session:
+        streams = SlackStreams(await writer_for(slack, session), pace_s=0)
+        slack.fail("chat.appendStream", "internal_error")
+
+        async def save(progress: str) -> None:
+            return None
+
+        delivery = Delivery(8, "k", None, save)
+        text = "Yes [Travel › Flights] " * 40
+        ts = await streams.deliver(SimpleNamespace(id=8, last_error=None), delivery, ("D0ALICE", "1.0", ALICE),
+                                   streamed(text))
+        assert slack.streams[ts].stopped  # not left in streaming state
+        (update,) = slack.delivered("chat.update")
+        assert update["ts"] == ts and update.blocks[0]["text"] == streamed(text).markdown  # the final text is whole
+        (stop,) = slack.delivered("chat.stopStream")
+        assert stop["metadata"]["event_payload"] == {"row": 8, "part": 0}  # found after a crash like any post
+
+
+async def test_a_reply_moved_to_the_dm_shows_its_text_as_text_and_pings_nobody():
+    async def save(progress: str) -> None:
+        return None
+
+    async with FakeSlackAPI() as slack, aiohttp.ClientSession() as session:
+        sender = SlackSender(await writer_for(slack, session), service=None)  # type: ignore[arg-type]
+        text = "I can't read attached files (<!channel> a & b.pdf)."
+        post = Post("direct", Address("slack", "C0GENERAL", "1.0", None, ALICE), text=text,
+                    reason="Slack chat.postMessage in C0GENERAL: not_in_channel")
+        row = SimpleNamespace(id=9, payload=post.to_json(), last_error=None)
+        await sender.send(row, Delivery(9, "k", None, save))  # type: ignore[arg-type]
+        (moved,) = slack.delivered()
+        assert moved["channel"] == ALICE and "(&lt;!channel&gt; a &amp; b.pdf)" in moved.block_text
+        assert "<!channel>" not in moved.block_text + moved["text"]
+        assert "<#C0GENERAL>" in moved.block_text  # the adapter's own markup stays a channel link
