@@ -69,7 +69,7 @@ from bot.replies import (
     text_post,
 )
 from bot.runtime import THIS_PROCESS, Admission, InFlight, Metrics, busy_text, log_context, queued_text
-from bot.store import DeliveryRecord, NewPost, PendingRecord, PendingState, Place, Store, utcnow
+from bot.store import DeliveryRecord, NewPost, PendingRecord, PendingState, Place, RunRow, Store, utcnow
 from bot.types import Answer, GaveUp, Inbound, Message, Pending, TerminationReason, UserRef
 from bot.unicode_text import clean_text
 
@@ -558,14 +558,27 @@ class PolicyPal:
         return await self.outcomes.commit(posts=text_post("private", text, where, _item()))
 
     async def request_handoff(
-        self, conversation_key: str, user: UserRef, *, link: str | None = None, question: str | None = None
+        self,
+        conversation_key: str,
+        user: UserRef,
+        *,
+        link: str | None = None,
+        question: str | None = None,
+        run_id: str | None = None,
     ) -> HandoffCase:
         """Open a case for a person who asked for one ("Still need help?", "I want a human").
 
-        One case per answer: asking twice after the same run returns the same case.
+        One case per answer: asking twice after the same run returns the same case. ``run_id`` is the
+        answer whose button was clicked: in a thread of several answers, that one is the case's
+        question, not the newest (a run of another conversation is ignored: the button's value is
+        the client's to send).
         """
-        runs = await self.store.runs.of_conversation(conversation_key, limit=1)
-        latest = runs[-1] if runs else None
+        clicked = await self.store.runs.get(run_id) if run_id else None
+        if clicked is not None and clicked.conversation_key == conversation_key:
+            latest: RunRow | None = clicked
+        else:
+            runs = await self.store.runs.of_conversation(conversation_key, limit=1)
+            latest = runs[-1] if runs else None
         return await self.helpdesk.open_case(
             origin=f"request:{conversation_key}:{latest.id if latest else 'none'}",
             reason=USER_REQUEST,

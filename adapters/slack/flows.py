@@ -191,7 +191,7 @@ class SlackBridge:
         user = await self.users.lookup(click.user_id)
         link = await self.poster.permalink(click.channel, click.thread_ts)
         key = conversation_key(click.team_id, click.channel, click.thread_ts)
-        case = await self.service.request_handoff(key, user, link=link)
+        case = await self.service.request_handoff(key, user, link=link, run_id=click.value or None)
         address = Address("slack", click.channel, click.thread_ts, user=click.user_id, user_name=user.name)
         await self.service.notice(address, case.message, conversation_key=key, case_id=case.case_id)
 

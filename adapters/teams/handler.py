@@ -399,7 +399,9 @@ class TeamsBot:
         user = await self._user(activity, reference)
         card_message = {**activity, "id": activity.get("replyToId") or activity.get("id")}
         key = conversation_key(activity, user)
-        case = await self.service.request_handoff(key, user, link=deep_link(card_message))
+        _verb, data = _action_of(activity)
+        clicked = str((data or {}).get("run_id") or "") or None  # the answer whose button was clicked
+        case = await self.service.request_handoff(key, user, link=deep_link(card_message), run_id=clicked)
         await self.service.notice(address_of(activity, user), case.message, conversation_key=key, case_id=case.case_id)
 
     async def _failed(self, item: InboxRecord, error: str) -> None:

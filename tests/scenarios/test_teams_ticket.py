@@ -316,7 +316,7 @@ class Case:
 async def test_still_need_help_hands_the_conversation_to_the_helpdesk(teams, monkeypatch):
     calls = []
 
-    async def request_handoff(conversation_key, user, *, link=None):
+    async def request_handoff(conversation_key, user, *, link=None, run_id=None):
         calls.append((conversation_key, user, link))
         return Case("HD-7", "I've passed this to the helpdesk; someone will reply here.")
 

@@ -130,6 +130,21 @@ async def test_still_need_help_opens_one_case_per_answer_with_the_last_question(
     assert "HD-1001" in case.message and "reply in this thread" in case.message
 
 
+async def test_still_need_help_under_an_earlier_answer_hands_off_that_answer(tmp_path, fake_openai, sample_index):
+    # the button names its answer: in a thread of two answers, the first one's click is about the first
+    fake_openai.script(text("Economy class for flights under 6 hours."), text("Hotels up to 150 EUR a night."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        first = await svc.handle_message(slack_message("what class can I fly?"))
+        second = await svc.handle_message(slack_message("and the hotel limit?"))
+        elsewhere = await svc.request_handoff("slack:T1:C9:other", ALICE, run_id=first.run_id)
+        case = await svc.request_handoff(first.conversation_key, ALICE, run_id=first.run_id)
+        forged = await svc.request_handoff(second.conversation_key, ALICE, run_id="run_not_of_this_thread")
+    assert first.conversation_key == second.conversation_key
+    assert (case.question, case.run_id) == ("what class can I fly?", first.run_id)
+    assert (forged.question, forged.run_id) == ("and the hotel limit?", second.run_id)  # an unknown id: the newest
+    assert elsewhere.run_id is None  # another thread's run is never handed off from here
+
+
 async def test_asking_for_a_human_opens_a_case_without_calling_the_model(tmp_path, fake_openai, sample_index):
     async with service(tmp_path, fake_openai, sample_index) as svc:
         reply = await svc.handle_message(slack_message("I want to talk to a human please"))
