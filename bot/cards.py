@@ -29,9 +29,15 @@ _DECIDED_AS = {
 ERROR_CHARS = 300  # of a ticket system's error on a card: its JSON can run to pages (the case keeps it all)
 
 
+# A ticket system's error may quote what it was sent (a summary saying "<!channel>"): on a card it is
+# text, never markup, so Slack's control characters become lookalikes on every surface.
+_INERT = str.maketrans({"<": "‹", ">": "›", "&": "＆"})
+
+
 def short_error(error: object) -> str:
-    """A ticket system's error as a card shows it: one line, at most ``ERROR_CHARS``, cut visibly."""
-    line = " ".join(str(error).split()).rstrip(".")
+    """A ticket system's error as a card shows it: one line of plain text (no mention, link or entity),
+    at most ``ERROR_CHARS``, cut visibly."""
+    line = " ".join(str(error).translate(_INERT).split()).rstrip(".")
     return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1].rstrip() + "…"
 
 

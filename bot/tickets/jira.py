@@ -10,6 +10,7 @@ from typing import Any
 
 from bot.delivery import HttpPolicy, JsonHttp
 from bot.errors import RemoteError
+from bot.tickets.answers import ticket_id, ticket_url
 from bot.tickets.base import Ticket, TicketRequest
 from bot.tickets.remote import basic_auth, create_with_retries
 
@@ -66,8 +67,10 @@ class JiraServiceDesk:
     def _ticket(self, body: Any) -> Ticket:
         if not isinstance(body, dict) or not body.get("issueKey"):
             raise RemoteError("Jira Service Management answered without an issue key", kind="protocol")
-        web = (body.get("_links") or {}).get("web")
-        return Ticket(id=body["issueKey"], url=web or f"{self._base}/browse/{body['issueKey']}")
+        key = ticket_id(body["issueKey"], "Jira Service Management")
+        links = body.get("_links")
+        web = ticket_url(links.get("web")) if isinstance(links, dict) else None
+        return Ticket(id=key, url=web or f"{self._base}/browse/{key}")
 
 def jira_error(body: Any) -> str | None:
     """Jira Service Management says ``errorMessage``; the Jira platform ``errorMessages`` and ``errors``."""

@@ -24,17 +24,45 @@ async def create_with_retries(
     attempt: Callable[[], Awaitable[Ticket]],
     recover: Callable[[], Awaitable[Ticket | None]] | None = None,
 ) -> Ticket:
-    """Retries as the policy allows; what still fails becomes a TicketError the model can explain."""
+    """Retries as the policy allows; what still fails becomes a TicketError the model can explain.
+
+    ``recover`` runs before each retry, after an ambiguous failure: when it cannot answer (an error,
+    or an answer we cannot read), sending again would be blind, so the outcome is unknown instead.
+    """
+    checked = None if recover is None else _or_unchecked(recover, http.service)
     try:
-        return await with_retries(attempt, http.policy.retry(), what=http.service, recover=recover)
+        return await with_retries(attempt, http.policy.retry(), what=http.service, recover=checked)
+    except _Unchecked as exc:
+        raise TicketError(str(exc), kind=UNKNOWN) from None
     except RemoteError as exc:
         raise TicketError(str(exc), kind=UNKNOWN if reached(exc) else exc.kind) from None
+
+
+class _Unchecked(Exception):
+    """The check for an earlier attempt's ticket failed: not a RemoteError, so no retry swallows it."""
+
+
+def _or_unchecked(
+    recover: Callable[[], Awaitable[Ticket | None]], service: str
+) -> Callable[[], Awaitable[Ticket | None]]:
+    async def check() -> Ticket | None:
+        try:
+            return await recover()
+        except Exception as exc:  # a malformed search answer too: any failure means we cannot know
+            raise _Unchecked(
+                f"{service} may have created the ticket, and the check for it failed ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    return check
 
 
 UNKNOWN = "unknown"  # a TicketError kind: the system got the request and may have made the ticket
 
 
 def reached(exc: RemoteError) -> bool:
-    """Whether the request got to the system before it failed: no answer in time, or its own server error.
+    """Whether the request got to the system before it failed: no answer in time, its own server error, or
+    a success we cannot read (``protocol``: a 2xx without a usable id, so the ticket most likely exists).
     Then nobody can say the ticket was not made; a refused connection or a 4xx says it was not."""
-    return exc.kind == "timeout" or (exc.kind == "unavailable" and exc.status is not None and exc.status >= 500)
+    if exc.kind in ("timeout", "protocol"):
+        return True
+    return exc.kind == "unavailable" and exc.status is not None and exc.status >= 500

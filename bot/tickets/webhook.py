@@ -9,6 +9,7 @@ from typing import Any
 
 from bot.delivery import HttpPolicy, JsonHttp, error_message, json_bytes, signed_headers
 from bot.errors import RemoteError
+from bot.tickets.answers import ticket_id, ticket_url
 from bot.tickets.base import Ticket, TicketRequest
 from bot.tickets.remote import create_with_retries
 
@@ -50,7 +51,7 @@ class WebhookTickets:
         }
 
     def _ticket(self, body: Any) -> Ticket:
-        ticket_id = body.get("id") or body.get("ticket_id") if isinstance(body, dict) else None
-        if not ticket_id:
+        if not isinstance(body, dict):
             raise RemoteError("the ticket webhook answered without an id", kind="protocol")
-        return Ticket(id=str(ticket_id), url=body.get("url"))
+        found = body.get("id") if body.get("id") is not None else body.get("ticket_id")
+        return Ticket(id=ticket_id(found, "the ticket webhook"), url=ticket_url(body.get("url")))

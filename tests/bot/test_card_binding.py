@@ -59,3 +59,17 @@ async def test_a_click_from_another_card_is_refused_and_decides_nothing(store: S
     assert record is not None and (record.state, record.decider) == ("open", None)
     won = await pending.decide(action.id, "U1", "confirm", action.args_hash, card=clicked(card_id(action.id)))
     assert won.status == "confirmed"
+
+
+def test_a_ticket_systems_error_on_a_card_cannot_mention_link_or_break_the_line() -> None:
+    from datetime import UTC, datetime
+
+    from bot.cards import CardView
+
+    error = "rejected (422): summary <!channel> see <https://evil.test|here>\nline two &amp; more"
+    view = CardView("p1", "h" * 32, "create_it_ticket", "", {}, "U1", "failed", datetime(2026, 3, 2, tzinfo=UTC),
+                    decider="U1", decided_at=datetime(2026, 3, 2, tzinfo=UTC), result={"error": error})
+    line = view.status(lambda user: f"<@{user}>")
+    said = line.split("but it failed:", 1)[1]
+    assert "<" not in said and ">" not in said and "&" not in said and "\n" not in said
+    assert "channel" in said and "line two" in said  # the words stay readable

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from bot.config import Settings
 from bot.delivery import SIGNATURE_HEADER, HttpPolicy
@@ -18,7 +20,7 @@ from bot.tickets import (
     build_ticket_backend,
 )
 from bot.types import UserRef
-from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow, FakeWebhook, slow, stall, status
+from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow, FakeWebhook, _respond, slow, stall, status
 
 FAST = HttpPolicy(timeout_s=0.3, attempts=3, backoff_s=0.01)
 ALICE = UserRef("U_ALICE", "Alice", "alice@example.com")
@@ -301,3 +303,95 @@ async def test_an_incomplete_backend_configuration_is_refused_at_start(store):
     with pytest.raises(ConfigError, match="POLICYPAL_SERVICENOW_TOKEN"):
         build_ticket_backend(settings, store)
     assert isinstance(build_ticket_backend(Settings(_env_file=None), store), LocalTickets)  # type: ignore[call-arg]
+
+
+# --- a 2xx the client cannot read: the system took the request, so the ticket may exist ---------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        status(201, {"created": True}),  # no id at all
+        status(200, "<html><body>Ticket received</body></html>"),  # not JSON
+        status(201, {"id": {"nested": "WH-1"}}),  # an id that is no id
+        status(201, {"id": "WH-1\n<!channel> *urgent*"}),  # an id that would break the card
+        status(201, {"id": "W" * 5000}),
+    ],
+)
+async def test_a_webhook_2xx_without_a_usable_id_is_unknown_never_not_created(answer):
+    async with FakeWebhook() as hook:
+        hook.script(answer)
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "unknown"  # it answered success: the ticket may well exist
+    assert len(hook.requests) == 1  # and it is not sent again
+
+
+async def test_a_jira_2xx_without_an_issue_key_is_unknown():
+    async with FakeJira() as jira:
+        jira.script(status(201, {"requestTypeId": "25"}))
+        client = jira_client(jira)
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "unknown"
+    assert len(jira.to("POST")) == 1
+
+
+@pytest.mark.parametrize(
+    "url", [42, "javascript:alert(1)", "https://x.test/t/1|<!channel>", "https://x.test/t/1> <!here", "/t/WH-1"]
+)
+async def test_a_webhook_ticket_link_that_is_not_a_plain_web_address_is_dropped_not_shown(url):
+    async with FakeWebhook() as hook:
+        hook.script(status(201, {"id": "WH-7", "url": url}))
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert (ticket.id, ticket.url) == ("WH-7", None)
+
+
+async def test_a_webhook_may_answer_a_numeric_id():
+    async with FakeWebhook() as hook:
+        hook.script(status(201, {"ticket_id": 4711, "url": "https://desk.example.com/t/4711"}))
+        client = WebhookTickets(hook.url, hook.secret, FAST)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert (ticket.id, ticket.url) == ("4711", "https://desk.example.com/t/4711")
+
+
+class JiraWhoseSearchFails(FakeJira):
+    """Jira that creates requests but answers the idempotency search with ``answer``."""
+
+    def __init__(self, code: int, answer: Any) -> None:
+        super().__init__()
+        self.answer = (code, answer)
+
+    async def _search(self, request: web.Request) -> web.Response:
+        await self.record(request)
+        return _respond(*self.answer)
+
+
+@pytest.mark.parametrize(
+    ("code", "answer"),
+    [(200, {"issues": [{"id": "10001"}]}), (200, {"issues": "none"}), (500, {"errorMessages": ["search down"]})],
+)
+async def test_jira_after_a_timeout_does_not_create_again_when_it_cannot_check(code, answer):
+    async with JiraWhoseSearchFails(code, answer) as jira:
+        jira.script(slow(1.0))  # the request is created; the answer comes after our timeout
+        client = jira_client(jira)
+        with pytest.raises(TicketError) as caught:
+            await client.create(request())
+        await client.aclose()
+    assert caught.value.kind == "unknown"  # never "not created", and never sent again blindly
+    assert len(jira.to("POST")) == 1 and len(jira.created) == 1
+
+
+async def test_a_jira_answer_with_odd_links_still_names_the_request_it_created():
+    async with FakeJira() as jira:
+        jira.script(status(201, {"issueKey": "HELP-9", "_links": "web"}))
+        client = jira_client(jira)
+        ticket = await client.create(request())
+        await client.aclose()
+    assert (ticket.id, ticket.url) == ("HELP-9", f"{jira.url}/browse/HELP-9")
