@@ -58,13 +58,15 @@ def place_audience(inbound: Inbound) -> Audience:
 
     ``inbound.members`` (the place's member list with their groups, when the adapter could read it)
     narrows a shared place to the groups all of them share; without it, a shared place reads public
-    documents only.
+    documents only. The asker reads the reply too, so they count even when the list leaves them out
+    (a Teams shared channel's roster is the host team's; a cached list predates their joining).
     """
     members = inbound.members
     if not inbound.shared:
         return asker_audience(inbound.user)
     if not members:
         return Audience(PUBLIC, "everyone here")
-    shared = set.intersection(*(set(asker_audience(member).groups) for member in members))
-    ordered = tuple(group for group in asker_audience(members[0]).groups if group in shared)
+    readers = (inbound.user, *members)
+    shared = set.intersection(*(set(asker_audience(reader).groups) for reader in readers))
+    ordered = tuple(group for group in asker_audience(inbound.user).groups if group in shared)
     return Audience(ordered, "members")

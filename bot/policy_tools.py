@@ -77,10 +77,12 @@ def search_tool(searcher: Searcher, *, top_k: int = 5, sections: Sections | Sequ
         return result | {"note": " ".join(notes)} if notes else result
 
     def parameters(groups: tuple[str, ...] | None) -> dict[str, Any]:
+        """The schema for readers with ``groups``; None (as registered, for no reader) names no section:
+        every section would include restricted ones, and a schema without readers may reach anyone."""
         properties: dict[str, Any] = {
             "query": {"type": "string", "minLength": 2, "maxLength": 300, "description": "what to look for"},
         }
-        offered = named(groups)
+        offered = named(groups) if groups is not None else ()
         if offered:  # a guessed section would only be searched past, so the model is told the real ones
             properties["section"] = {
                 "type": "string",

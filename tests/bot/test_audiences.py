@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from bot.agent import ToolRegistry
 from bot.identity import EVERYONE
+from bot.policy_tools import search_tool
 from bot.service import PRIVATE_PART_ASK, PRIVATE_PART_SENT
 from bot.types import Answer, Inbound, UserRef
 from retrieval import PolicyIndex
@@ -216,3 +218,28 @@ async def test_history_from_before_audiences_stays_out_of_shared_places(
     in_channel, in_dm = fake_openai.requests
     assert "built for HR" not in sent_to_model(in_channel)
     assert "built for HR" in sent_to_model(in_dm)
+
+
+async def test_an_asker_missing_from_the_member_list_still_reads_the_reply_so_it_is_built_for_them_too(
+    tmp_path: Path, fake_openai: Any, index
+) -> None:
+    # A Teams shared channel's roster is the host team's: an outside asker is not in it, yet reads the reply.
+    fake_openai.script(search(), text(f"Announced on the intranet [{LEAVE_CITE}]."))
+    question = Inbound("teams", "19:shared@thread.tacv2", "1700", OUTSIDER, "what team changes are planned?",
+                       event_id="E1", tenant="T1", shared=True, members=(HR_USER,))
+    async with service(tmp_path, fake_openai, index) as svc:
+        await svc.handle_message(question)
+    first, second = fake_openai.requests
+    assert SECRET_SECTION not in section_description(first)
+    assert RESTRICTED_FACT not in sent_to_model(second)
+
+
+async def test_the_search_tool_as_registered_names_no_section_some_readers_may_not_read(index: PolicyIndex) -> None:
+    tool = search_tool(index, sections=index.sections)
+    registered = ToolRegistry([tool])
+
+    described = json.dumps([tool.parameters, tool.schema(), registered.schemas()])
+
+    assert SECRET_SECTION not in described
+    assert "People" in json.dumps(tool.schema((EVERYONE,)))  # readers' own sections are still offered by name
+    assert "section" in tool.parameters["properties"]  # and a section argument still validates
