@@ -10,6 +10,7 @@ Where a reply goes: in a channel, the conversation id carries the root of the re
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from typing import Any
@@ -25,7 +26,15 @@ Activity = dict[str, Any]
 THREAD_MARKER = ";messageid="
 FILE_DOWNLOAD = "application/vnd.microsoft.teams.file.download.info"  # a file shared in a chat
 GUEST_ROLES = frozenset({"guest", "anonymous"})
-_AT_TAG = re.compile(r"</?at>", re.IGNORECASE)
+# The HTML Teams writes into a message's text (formatting, mentions, lists, links): known tags only, so a
+# question that only looks like markup ("3<5", "<url>") is kept as typed.
+_HTML_TAG = re.compile(
+    r"</?(at|p|div|span|br|b|strong|i|em|u|s|strike|del|ins|mark|sub|sup|a|img|ul|ol|li|code|pre|blockquote"
+    r"|h[1-6]|hr|table|thead|tbody|tr|th|td|font|emoji|attachment)(?:\s[^<>]*)?/?>",
+    re.IGNORECASE,
+)
+_INLINE_TAGS = frozenset({"at", "span", "b", "strong", "i", "em", "u", "s", "strike", "del", "ins", "mark", "sub",
+                          "sup", "a", "code", "font"})  # inside a word: removed, not a space
 
 
 def conversation_type(activity: Activity) -> str:
@@ -73,12 +82,14 @@ def addressed_to_bot(activity: Activity) -> bool:
 
 
 def question_text(activity: Activity) -> str:
-    """The message text without the bot's @mention (and with Teams' <at> tags gone)."""
+    """The message text as the person typed it: without the bot's @mention, and without the HTML Teams
+    sends (``<p>``, ``&nbsp;``, ``&amp;``, other people's ``<at>`` tags), which the model should never see."""
     text = str(activity.get("text") or "")
     for mention in _bot_mentions(activity):
         if mention_text := mention.get("text"):
             text = text.replace(mention_text, " ")
-    return " ".join(_AT_TAG.sub("", text).split())
+    plain = _HTML_TAG.sub(lambda tag: "" if tag.group(1).lower() in _INLINE_TAGS else " ", text)
+    return " ".join(html.unescape(plain).split())
 
 
 def user_of(activity: Activity, groups: GroupMap, member: dict[str, Any] | None = None) -> UserRef:

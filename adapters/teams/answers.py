@@ -29,6 +29,12 @@ ABSTRACT_CHARS = 160
 # Teams refuses an activity of about 28 KB: leave room for what the connector adds (from, recipient,
 # conversation, serviceUrl) and the card under the last part.
 MESSAGE_BYTES = 20_000
+MIN_PART_BYTES = 1_000  # a part's text is never cut smaller to make room for its citations
+# The label entity and the message around a part's text (and its "citation" key), counted once a part.
+LABEL_BYTES = len(json.dumps({"type": "message", "text": "", "textFormat": "markdown", "entities": [
+    {"type": AI_MESSAGE, "@type": "Message", "@context": "https://schema.org", "@id": "",
+     "additionalType": ["AIGeneratedContent"], "citation": []}]}).encode())
+_MARK = re.compile(r"\[(\d+)\]")
 HANDOFF = "handoff"
 
 
@@ -89,15 +95,31 @@ def labelled(activity: Json, claims: list[Json] | None = None) -> Json:
 
 
 def answer_activities(answer: Answer, run_id: str, *, from_a_run: bool = True) -> list[Json]:
-    """The answer as one or more messages, each labelled, with its citations; the feedback loop on the last."""
+    """The answer as one or more messages, each labelled, with its citations; the feedback loop on the last.
+
+    Each part is held to the size of the whole message it becomes (its citations, and room for the card and
+    the feedback loop of the last), not to its text alone: 20 citations can add 10 KB to a part.
+    """
     cited = cited_text(answer)
-    parts = split_text(cited.text, MESSAGE_BYTES)
-    activities = [labelled(message(part), _claims_in(part, cited.claims)) for part in parts]
+    room = activity_bytes(_finished(message("x"), run_id)) - activity_bytes(message("x")) if from_a_run else 0
+    activities = [_part(part, cited.claims) for part in split_text(cited.text, MESSAGE_BYTES - room, cited.claims)]
     if from_a_run:
-        last = activities[-1]
-        last["channelData"] = {**last.get("channelData", {}), "feedbackLoopEnabled": True}
-        last["attachments"] = [{"contentType": "application/vnd.microsoft.card.adaptive", "content": help_card(run_id)}]
+        activities[-1] = _finished(activities[-1], run_id)
     return activities
+
+
+def _part(text: str, claims: dict[int, Json]) -> Json:
+    """One message of an answer: its text, labelled, with the citations its markers need."""
+    return labelled(message(text), _claims_in(text, claims))
+
+
+def _finished(last: Json, run_id: str) -> Json:
+    """The answer's last message: with Teams' feedback loop and "Still need help?"."""
+    return {
+        **last,
+        "channelData": {**last.get("channelData", {}), "feedbackLoopEnabled": True},
+        "attachments": [{"contentType": "application/vnd.microsoft.card.adaptive", "content": help_card(run_id)}],
+    }
 
 
 def help_card(run_id: str) -> Json:
@@ -111,18 +133,32 @@ def activity_bytes(activity: Json) -> int:
     return len(json.dumps(activity, ensure_ascii=False).encode())
 
 
-def split_text(text: str, limit: int) -> list[str]:
-    """``text`` in parts of at most ``limit`` bytes of JSON, cut between paragraphs, then lines, then words."""
+def split_text(text: str, limit: int, claims: dict[int, Json] | None = None) -> list[str]:
+    """``text`` in parts whose messages (text, label and the ``claims`` each part's markers need) are at most
+    ``limit`` bytes of JSON, cut between paragraphs, then lines, then words."""
+    claims = claims or {}
+    claim_bytes = {n: activity_bytes(c) + 2 for n, c in claims.items()}  # and the ", " between them
+
+    def size(text: str, marks: set[int]) -> int:  # at least the message's size: counted, not built, for speed
+        return _size(text) + LABEL_BYTES + sum(claim_bytes[n] for n in marks)
+
+    unit_limit = max(limit - LABEL_BYTES - sum(claim_bytes.values()), MIN_PART_BYTES)
     parts: list[str] = []
-    current = ""
-    for unit in _units(text, limit):
-        if current and _size(current + unit) > limit:
+    current, marks = "", set[int]()
+    for unit in _units(text, unit_limit):
+        more = marks | _marks(unit, claims)
+        if current and size(current + unit, more) > limit:
             parts.append(current.strip())
-            current = ""
-        current += unit
+            current, more = "", _marks(unit, claims)
+        current, marks = current + unit, more
     if current.strip():
         parts.append(current.strip())
     return parts or [""]
+
+
+def _marks(text: str, claims: dict[int, Json]) -> set[int]:
+    """The citations whose ``[n]`` markers are in ``text``."""
+    return {n for n in map(int, _MARK.findall(text)) if n in claims}
 
 
 def _units(text: str, limit: int) -> list[str]:

@@ -260,8 +260,15 @@ class _Handler(TeamsActivityHandler):
     async def on_message_activity(self, turn_context: TurnContext) -> None:
         await _written_down(self.bot.on_message(_activity_json(turn_context)))
 
-    async def on_members_added_activity(self, members_added: list[ChannelAccount], turn_context: TurnContext) -> None:
-        await _written_down(self.bot.on_members_added(_activity_json(turn_context)))
+    async def on_conversation_update_activity(self, turn_context: TurnContext) -> None:
+        """Members added go to the bot as they came; other updates (removals, renames) need nothing.
+
+        Not the SDK's Teams dispatch: it looks up every added member but the bot on the roster inside the
+        request, and one lookup refused (someone not found, the connector busy) failed the turn after its
+        acknowledgement, so the install's welcome was lost for good and a team's new members cost a call each.
+        """
+        if turn_context.activity.members_added:
+            await _written_down(self.bot.on_members_added(_activity_json(turn_context)))
 
     async def on_invoke_activity(self, turn_context: TurnContext) -> InvokeResponse | None:
         if turn_context.activity.name == SUBMIT_ACTION:  # Teams' feedback loop: stored, then a plain 200

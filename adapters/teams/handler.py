@@ -483,8 +483,8 @@ class TeamsBot:
         """Teams' own thumbs on an answer (a ``message/submitAction`` invoke): stored with the run, as Slack's
         are. The invoke names the message, not the run: the outbox row that posted it does. The comment
         Teams asks for is kept with the rating (redacted, bounded)."""
-        value = activity.get("value") or {}
-        action = value.get("actionValue") or {}
+        value = _object(activity.get("value"))  # any other shape is a vote not understood: still a 200
+        action = _object(value.get("actionValue"))
         reaction = action.get("reaction") if value.get("actionName") == "feedback" else None
         rating = {"like": "helpful", "dislike": "not_helpful"}.get(str(reaction))
         message_id = str(activity.get("replyToId") or "")
@@ -617,6 +617,11 @@ def _action_of(activity: Activity) -> tuple[str, Json | None]:
     if data is None:
         data = {}
     return str(action.get("verb") or ""), data if isinstance(data, dict) else None
+
+
+def _object(raw: Any) -> Json:
+    """``raw`` when it is a JSON object, else an empty one: invoke values come as the sender wrote them."""
+    return raw if isinstance(raw, dict) else {}
 
 
 def _feedback_text(raw: Any) -> str:

@@ -58,6 +58,20 @@ def test_only_the_bots_mention_is_removed_and_other_names_stay():
     assert question_text(activity) == "ask Bob about laptops"
 
 
+def test_teams_html_and_entities_never_reach_the_question():
+    """Teams sends the text as HTML: ``&nbsp;`` after a mention, paragraphs, entities for what people typed."""
+    activity = CHANNEL_SIDE.channel_message("x")
+    activity["text"] = ("<p><at>PolicyPal</at>&nbsp;Can I expense a <b>taxi</b> &amp; a hotel?</p>"
+                        "<p>Costs&nbsp;&lt; 50&nbsp;EUR<br>ask&nbsp;<at>Bob</at> about re<i>imburse</i>ment</p>")
+    activity["entities"].append({"type": "mention", "mentioned": {"id": "29:bob"}, "text": "<at>Bob</at>"})
+    assert question_text(activity) == "Can I expense a taxi & a hotel? Costs < 50 EUR ask Bob about reimbursement"
+
+
+def test_text_that_only_looks_like_markup_is_kept():
+    activity = CHANNEL_SIDE.personal_message("is 3<5 and a <-> b, see <url> in a&b")
+    assert question_text(activity) == "is 3<5 and a <-> b, see <url> in a&b"
+
+
 def test_group_chats_need_a_mention_of_this_bot():
     activity = CHANNEL_SIDE.activity({"id": "19:g@thread.v2", "conversationType": "groupChat"}, ALICE, text="hi")
     assert not addressed_to_bot(activity)

@@ -220,6 +220,21 @@ async def test_cites_become_numbered_markers_and_each_part_carries_the_citations
     assert marks[0] == [1] and marks[-1] == [2]
 
 
+async def test_no_part_passes_the_limit_when_every_paragraph_cites_twenty_long_sources():
+    """The citations and the card count too: text cut at the limit alone plus 20 claims passed 28 KB."""
+    sources = tuple(
+        Citation(f"Policy {n} " + "t" * 80, "Héading " * 10, f"https://intranet.example/{'p' * 150}/{n}",
+                 abstract="é" * 300)
+        for n in range(20)
+    )  # fmt: skip
+    cites = " ".join(f"[{c.title} › {c.heading}]" for c in sources)
+    body = "\n\n".join(f"{cites} " + "Leave is planned ahead. " * 60 for _ in range(12))
+    parts = answer_activities(Answer(body, sources), "run_1")
+    assert len(parts) >= 2 and all(activity_bytes(p) <= MESSAGE_BYTES for p in parts)
+    assert all(len(p["entities"][0]["citation"]) == 20 for p in parts)
+    assert " ".join(p["text"] for p in parts).split() == cited_text(Answer(body, sources)).text.split()
+
+
 async def the_one_streamed_answer(teams: Teams) -> tuple[Any, Recorded]:
     """Ask in a personal chat (the outbox retrying soon) once the channel is set to misbehave; the delivered
     row, and the one message the chat shows, which must be the end of the stream the answer was written into."""
