@@ -38,8 +38,19 @@ _INLINE_TAGS = frozenset({"at", "span", "b", "strong", "i", "em", "u", "s", "str
 
 
 def conversation_type(activity: Activity) -> str:
-    """'personal', 'channel' or 'groupChat' (Teams' own words)."""
-    return str((activity.get("conversation") or {}).get("conversationType") or "personal")
+    """'personal', 'channel' or 'groupChat' (Teams' own words).
+
+    Teams always says which; an activity that does not (another channel of the Bot Framework, a
+    hand-made request) is read from what it does say, and counts as shared when nothing does: taken
+    for a personal chat, a group's reply would be built from the asker's own groups.
+    """
+    conversation = activity.get("conversation") or {}
+    stated = conversation.get("conversationType")
+    if stated:
+        return str(stated)
+    if ((activity.get("channelData") or {}).get("channel") or {}).get("id"):
+        return "channel"
+    return "personal" if conversation.get("isGroup") is False else "groupChat"
 
 
 def channel_and_thread(activity: Activity) -> tuple[str, str]:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from adapters.teams.activity import conversation_type
 from tests.adapters.teams.test_app import Teams, install
 from tests.fakes.bot_connector import ALICE, BOT_ID
 
@@ -51,3 +52,19 @@ async def test_a_malformed_feedback_vote_is_answered_200_and_stores_nothing(team
     status, _ = await teams.post(feedback_invoke(teams, value))
     assert status == 200
     assert teams.model.requests == []
+
+
+@pytest.mark.parametrize(
+    ("conversation", "channel_data", "kind"),
+    [
+        ({"id": "a:1", "conversationType": "personal"}, {}, "personal"),
+        ({"id": "19:x@thread.tacv2"}, {"channel": {"id": "19:x@thread.tacv2"}}, "channel"),
+        ({"id": "a:1", "isGroup": False}, {}, "personal"),
+        ({"id": "19:chat@thread.v2", "isGroup": True}, {}, "groupChat"),
+        ({"id": "19:chat@thread.v2"}, {}, "groupChat"),  # says nothing: shared, never the asker's own groups
+    ],
+)
+async def test_a_conversation_that_does_not_say_its_type_is_taken_as_shared(
+    conversation: dict[str, object], channel_data: dict[str, object], kind: str
+) -> None:
+    assert conversation_type({"conversation": conversation, "channelData": channel_data}) == kind
