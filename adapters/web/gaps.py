@@ -26,8 +26,7 @@ from adapters.web.render import operator_of, page
 from bot.insights import Embed, EmbeddingCache, GapGroup, GapQuestion, gaps_csv, group_gaps, wording_key
 from bot.redaction import bounded
 from bot.service import PolicyPal
-from bot.store import NOT_HELPFUL, GapRun
-from bot.store.reports import CitedSources
+from bot.store import NOT_HELPFUL, CitedSources, GapRun
 
 log = logging.getLogger(__name__)
 

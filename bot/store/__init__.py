@@ -23,13 +23,24 @@ from bot.store.records import (
     RunRow,
     RunStatus,
 )
-from bot.store.reports import GAP_REASONS, NOT_HELPFUL, CaseSummary, GapRun, Overview, RunFilter, RunSummary, Spread
+from bot.store.reports import (
+    GAP_REASONS,
+    NOT_HELPFUL,
+    CaseSummary,
+    CitedSources,
+    GapRun,
+    Overview,
+    RunFilter,
+    RunSummary,
+    Spread,
+)
 from bot.store.store import Store
 
 __all__ = [
     "GAP_REASONS",
     "NOT_HELPFUL",
     "CaseSummary",
+    "CitedSources",
     "DeliveryRecord",
     "DeliveryState",
     "GapRun",
