@@ -29,15 +29,9 @@ _DECIDED_AS = {
 ERROR_CHARS = 300  # of a ticket system's error on a card: its JSON can run to pages (the case keeps it all)
 
 
-# A ticket system's error may quote what it was sent (a summary saying "<!channel>"): on a card it is
-# text, never markup, so Slack's control characters become lookalikes on every surface.
-_INERT = str.maketrans({"<": "‹", ">": "›", "&": "＆"})
-
-
 def short_error(error: object) -> str:
-    """A ticket system's error as a card shows it: one line of plain text (no mention, link or entity),
-    at most ``ERROR_CHARS``, cut visibly."""
-    line = " ".join(str(error).translate(_INERT).split()).rstrip(".")
+    """A ticket system's error as a card shows it: one line, at most ``ERROR_CHARS``, cut visibly."""
+    line = " ".join(str(error).split()).rstrip(".")
     return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1].rstrip() + "…"
 
 
@@ -174,9 +168,11 @@ class CardView:
         who: Callable[[str], str],
         strong: Callable[[str], str] = str,
         ticket: Callable[[str, str | None], str] | None = None,
+        text: Callable[[str], str] = str,
     ) -> str:
         """One sentence for the card's state; ``who`` shows a person (a mention, a name), ``strong`` an id,
-        ``ticket`` a ticket id with its link (``strong`` by default)."""
+        ``ticket`` a ticket id with its link (``strong`` by default), ``text`` what another system wrote
+        (a ticket system's error may quote "<!channel>": a surface that reads markup escapes it)."""
         by = f"{who(self.decider)} at {when(self.decided_at)}" if self.decider else "someone"
         result = self.result or {}
         follow_up = f" Helpdesk case {strong(self.case_id)} will follow up." if self.case_id else ""
@@ -193,7 +189,8 @@ class CardView:
                 else "Done."
             return f"Confirmed by {by}. {made}"
         if self.state == "failed":
-            return f"Confirmed by {by}, but it failed: {short_error(result.get('error', 'unknown error'))}.{follow_up}"
+            error = text(short_error(result.get("error", "unknown error")))
+            return f"Confirmed by {by}, but it failed: {error}.{follow_up}"
         if self.state == "unknown":
             return f"Confirmed by {by}, but it is not known whether it went through; nothing will be retried." \
                    f"{follow_up or ' A person will check.'}"

@@ -371,7 +371,7 @@ def card_view_message(view: CardView) -> SlackMessage:
 
 def status_line(view: CardView) -> str:
     """The card's state in Slack's words: mentions for people, bold ids, the ticket's link."""
-    return view.status(mention, strong=lambda text: f"*{escape(text)}*", ticket=_ticket_link)
+    return view.status(mention, strong=lambda text: f"*{escape(text)}*", ticket=_ticket_link, text=escape)
 
 
 def mention(user_id: str) -> str:

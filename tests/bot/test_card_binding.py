@@ -61,7 +61,7 @@ async def test_a_click_from_another_card_is_refused_and_decides_nothing(store: S
     assert won.status == "confirmed"
 
 
-def test_a_ticket_systems_error_on_a_card_cannot_mention_link_or_break_the_line() -> None:
+def test_a_ticket_systems_error_on_a_card_is_one_line_shown_through_the_surfaces_text_function() -> None:
     from datetime import UTC, datetime
 
     from bot.cards import CardView
@@ -69,7 +69,5 @@ def test_a_ticket_systems_error_on_a_card_cannot_mention_link_or_break_the_line(
     error = "rejected (422): summary <!channel> see <https://evil.test|here>\nline two &amp; more"
     view = CardView("p1", "h" * 32, "create_it_ticket", "", {}, "U1", "failed", datetime(2026, 3, 2, tzinfo=UTC),
                     decider="U1", decided_at=datetime(2026, 3, 2, tzinfo=UTC), result={"error": error})
-    line = view.status(lambda user: f"<@{user}>")
-    said = line.split("but it failed:", 1)[1]
-    assert "<" not in said and ">" not in said and "&" not in said and "\n" not in said
-    assert "channel" in said and "line two" in said  # the words stay readable
+    said = view.status(lambda user: f"<@{user}>", text=lambda t: f"[{t}]").split("but it failed:", 1)[1]
+    assert said == " [rejected (422): summary <!channel> see <https://evil.test|here> line two &amp; more]."

@@ -27,6 +27,7 @@ from adapters.slack.blocks import (
     parse_button_value,
     parse_feedback,
     split_text,
+    status_line,
 )
 from bot.cards import CardView
 from bot.store import PendingRecord
@@ -246,3 +247,13 @@ def test_a_give_up_without_a_case_carries_the_run_id_and_offers_the_handoff():
     message = give_up_message(GaveUp(TerminationReason.DEADLINE), "run_x")
     assert "`run_x`" in texts(message.blocks)
     assert HANDOFF in [e["action_id"] for e in actions(message.blocks)]
+
+
+def test_a_ticket_systems_error_on_a_slack_card_cannot_mention_or_link() -> None:
+    # the error may quote what the system was sent: on a Slack card it is text, never a ping or a link
+    error = "rejected (422): summary <!channel> see <https://evil.test|here> & more"
+    view = CardView("p1", "h" * 32, "create_it_ticket", "", {}, "U1", "failed", NOW, decider="U1", decided_at=NOW,
+                    result={"error": error})
+    line = status_line(view)
+    assert "&lt;!channel&gt;" in line and "&lt;https://evil.test|here&gt; &amp; more" in line
+    assert "<!channel>" not in line and "<https://evil.test" not in line
