@@ -5,6 +5,10 @@ and in meaning, yet nothing in the results says "parking" or anything meaning it
 that is not plainly on the point counts only if every word the question is about (leaving it out
 changes what the question means) occurs in the results, or a word close to it in meaning does
 ("vacation": "holiday"). Otherwise the honest answer is that the policy does not cover it.
+
+"Can I expense my home internet?" asks whether the company pays for home internet: "expense" is how
+chat asks about money ("claim", "reimburse", "cover" too), not what the question is about, so it
+counts as said wherever the results state what is paid (an amount, an allowance, a reimbursement).
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ SURE_MEANING = 0.6  # this close in meaning is on the point whatever the words
 SYNONYM = 0.55  # two words this close in meaning say the same thing ("vacation", "holiday")
 SUBJECT = 0.12  # a word carrying this much of a question's meaning is part of what it asks about
 STRONG_SCORE = 0.6  # a best candidate this good in words and meaning: words it says otherwise are not missing
+# Verbs chat asks "does the company pay for it?" with, as content_words stems them
+_PAYING_STEMS = frozenset(stem(word) for word in ("expense", "claim", "reimburse", "refund", "cover", "covered"))
+# What a passage says when it states what is paid: a currency amount, or the words for it
+_STATES_PAYMENT = re.compile(
+    r"[$€£]\s?\d|\d\s?(?:usd|eur|gbp|cad|aud)\b|\b(?:usd|eur|gbp|cad|aud)\s?\d"
+    r"|\b(?:allowances?|stipends?|reimburs\w*|expens\w*|paid|pays?|budgets?|covers?|covered|refund\w*)\b",
+    re.I,
+)
 
 
 def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> bool:
@@ -49,6 +61,8 @@ def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meani
     stems = {stem(word) for word in held}
     asked = f"{part.focus} {part.context}" if _asks_about_context(part) else part.focus
     absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC - AMOUNT_WORDS if stem(w) not in stems}
+    if any(_STATES_PAYMENT.search(f"{c.unit.text} {c.unit.columns}") for c in candidates):
+        absent = {word for word in absent if stem(word) not in _PAYING_STEMS}
     vocabulary = sorted(held - GENERIC)
 
     @functools.cache

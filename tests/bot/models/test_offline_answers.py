@@ -249,3 +249,13 @@ async def test_chatgpt_is_asked_as_the_ai_tool_it_is(offline: PolicyPal) -> None
 
     assert "[Acceptable Use Policy › Generative AI tools]" in result.text
     assert "Northwind Assistant" in result.text
+
+
+async def test_asking_whether_something_can_be_expensed_is_answered_from_what_is_paid(offline: PolicyPal) -> None:
+    """ "Expense" asks whether the company pays: a passage stating an allowance answers it, though it never
+    says "expense"; the same words about something no passage pays for are still not covered."""
+    internet = await answer(offline, "can i expense my home internet?", thread="internet")
+    gym = await ask(offline, "can i expense my gym membership?", thread="gym")
+
+    assert "internet allowance" in internet.text and "Monthly internet allowance" in headings(internet)[0]
+    assert gym.reason == TerminationReason.NOT_COVERED
