@@ -1,18 +1,28 @@
 """Keep secrets out of anything a human or another system will read: transcripts, webhooks, email.
 
 Two nets: the exact values of every secret PolicyPal was configured with, and the shapes of common
-credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` headers of any scheme,
-``Cookie:`` headers, passwords in URLs, storage keys and signatures in connection strings and signed URLs,
-JWTs, private keys, ``password=...``), so a token a user pasted into a question is caught too. Mapping keys
-that name a secret have every string inside their value replaced, however deep; numbers stay (they are
-counts such as ``tokens`` or rules such as ``password_min_length``).
+credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` headers of any scheme with every
+parameter of Digest's, ``Cookie:`` headers and curl's ``-b``/``-u``, passwords in URLs, storage keys and signatures
+in connection strings and signed URLs, JWTs, private keys, ``password=...``), so a token a user pasted into a
+question is caught too. Mapping keys that name a secret have every string inside their value replaced, however
+deep; numbers stay (they are counts such as ``tokens`` or rules such as ``password_min_length``).
 
 After ``password:`` or ``passphrase:`` (or a spaced ``password = ``) the value goes up to the end of its
 line, a closing quote, or a sentence end (``.``, ``!`` or ``?`` then a space; the mark goes with it): a
 passphrase is several words ("correct horse battery staple"), and an apostrophe inside a word ("don't")
-does not end it. An unspaced ``DB_PASSWORD=x`` is a shell word: only ``x`` goes. A label ending its line
-names no value ("change your password:" above a list). After any other ``api_key=...`` the value goes.
-After ``Authorization: Bearer`` (or another known scheme) the credential goes whatever it looks like.
+does not end it. An unspaced ``DB_PASSWORD=x`` is a shell word: only ``x`` goes. After any other
+``api_key=...`` the value goes. After ``Authorization: Bearer`` (or another known scheme) the credential goes
+whatever it looks like.
+
+A bare label may head a field of a policy ("Password: at least 14 characters, changed every 90 days"), so a
+value that reads as a rule stays: several words, opening with a word of rules or a count ("14"), holding two
+words of rules (must, not, at least, characters, days, changed, ...), none shaped like a credential. A
+password someone gives comes first ("password: sunshine, it must not expire" goes), and a passphrase is
+arbitrary words ("correct horse battery staple" goes). "my password is:" only ever introduces a value.
+
+A label ending its line: after "password is:" the next line holding text is the value, whole, even in a code
+fence or a quote; after a bare "password:" it is a heading ("change your password:" above a list) and its next
+line goes only if it is one word shaped like a credential.
 
 After "password is ..." the word goes too, unless it is one of the words people use to describe a password
 ("not", "expired", "wrong", ...): leaking "my password is sunshine" is worse than reading "my password is
@@ -36,6 +46,22 @@ LONG_SECRET_CHARS = 20  # a single "word" this long after "password is" is a pas
 TRACE_VALUE_CHARS = 8_000  # each string of a stored trace step (arguments, result preview, error), marker included
 _CUT_MARKER_ROOM = 64  # "…[cut: N characters, M not stored]" for any N a process can hold
 
+# A name is matched from the start of its dotted or underscored chain only: tried again after every dot, a
+# pasted "a.a.a..." of 40,000 characters took minutes.
+_NAME_START = r"(?<![a-z0-9])(?<![a-z0-9][_.-])"
+# "password", "DB_PASSWORD", "db.password", and glued as libpq and Azure spell it (PGPASSWORD, MicrosoftAppPassword).
+_PASSWORD_NAME = r"(?:[a-z0-9]+[_.-])*(?:[a-z0-9]*(?:password|passwd)|passphrase|passcode|pwd)"
+# Where a value after a label ends: its line's end, a closing quote, or a sentence end (the mark goes with it).
+_CLAUSE_END = r"(?=[\"`]|'(?![a-z])|(?<=[.!?])\s|$)"
+_CLAUSE = re.compile(rf"(?im)[^\r\n]+?{_CLAUSE_END}")
+# Any name a value is given under: a password's, a PIN's, an API key's, a token's (OPENAI_API_KEY, auth_token).
+_SECRET_NAME = (
+    rf"(?:{_PASSWORD_NAME}|(?:[a-z0-9]+[_.-])*"
+    r"(?:pin|secret[_ -]?(?:access[_ -]?)?key|secret|client[_ -]?secret|api[_ -]?key|access[_ -]?token|token))"
+)
+# A few words saying what the secret opens, before "is": "password for the Okta portal is".
+_OPENS = r"(?:\s+(?:for|on|to|of|at)(?:\s+(?!is\b)[\w.@'-]+){1,3})?"
+
 _PATTERNS = [
     # A private key up to its end line or, pasted without one, through its header and base64 lines.
     re.compile(
@@ -46,7 +72,8 @@ _PATTERNS = [
     re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"),  # OpenAI and compatible API keys
     re.compile(r"\bxox[abcoeprs]-[A-Za-z0-9-]{8,}"),  # Slack bot/user/client/refresh tokens
     re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"),
-    re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/]+"),  # Slack incoming webhooks: the URL is the key
+    # Slack incoming webhooks and Workflow Builder's webhooks and triggers: the URL is the key.
+    re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/]+"),
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),  # GitHub
     re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"),  # GitHub fine-grained
     re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
@@ -59,18 +86,35 @@ _PATTERNS = [
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}"),
 ]
 # "scheme://user:password@host": keep the scheme, user and host, drop the password. The password runs to
-# the last "@" before the path, so one holding an unencoded "@" (p@ss) goes whole.
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):([^\s/?#]+)@")
+# the last "@" before the path, so one holding an unencoded "@" (p@ss) goes whole. A scheme is read from its
+# first character only, as a name is (_NAME_START).
+_URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^\s:/@]*):([^\s/?#]+)@")
 # Azure's AccountKey= and SharedAccessKey=, a SAS URL's sig=, a presigned URL's signature: each is the key.
 _SIGNED = re.compile(
     r"(?i)(?<![a-z0-9-])((?:AccountKey|SharedAccessKey|sig|X-Amz-Signature|X-Goog-Signature)=)([^\s;&\"'<>]+)"
 )
 # "Cookie: sid=x; csrf=y" and "Set-Cookie: ...": the value is the session, up to the end of line or a quote.
 _COOKIE = re.compile(r"(?i)\b((?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)([^\s=;,\"']{1,128}=[^\r\n\"']*)")
-# "Authorization: Token abc...", any scheme or none; the credential goes if it looks like one.
+# curl's "-b 'sid=abc; csrf=x'" and "--cookie sid=abc": the value is the session. Without an "=" the argument
+# names a cookie file, kept.
+_CURL_COOKIE = re.compile(
+    r"(?<![\w-])((?:-b|--cookie)(?:[ \t]+|=))"
+    r"(\"[^\"\r\n]*=[^\"\r\n]*\"|'[^'\r\n]*=[^'\r\n]*'|[^\s\"'=]+=[^\s\"']*)"
+)
+# curl's "-u bob:hunter2" (--user, and -U/--proxy-user for a proxy): the user kept, the password dropped; quoted,
+# the password runs to the quote.
+_CURL_USER = re.compile(
+    r"(?<![\w-])((?:-u|--user|-U|--proxy-user)(?:[ \t]+|=)([\"'])?[^\s:\"']*:)"
+    r"((?(2)[^\"'\r\n]|[^\s\"'])+)"
+)
+# One auth-param, name=token or name="quoted" (escaped quotes too, as a header pasted inside JSON has them).
+_AUTH_PARAM = r"[\w-]+=(?:\\?\"(?:[^\"\\\r\n]|\\[^\"\r\n])*\\?\"|[^\s,\"'\\]*)"
+# "Authorization: Token abc...", any scheme or none; the credential goes if it looks like one. Digest's and
+# OAuth 1's are a list of auth-params (nonce, cnonce, response, oauth_signature): the whole list goes.
 _AUTHORIZATION = re.compile(
     r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)"  # the header name, kept
-    r"((?:[A-Za-z][\w-]*[ \t]+)?)([^\s\"',;]+)"  # its scheme (Bearer, Basic, Token, ...) and credential
+    r"((?:[A-Za-z][\w-]*[ \t]+)?)"  # its scheme (Bearer, Basic, Digest, Token, ...)
+    rf"({_AUTH_PARAM}(?:\s*,\s*{_AUTH_PARAM})*|[^\s\"',;]+)"  # its credential
 )
 # After these the credential goes whatever it looks like: "Bearer sunshine" is a token, not prose.
 _AUTH_SCHEMES = frozenset(
@@ -79,20 +123,27 @@ _AUTH_SCHEMES = frozenset(
 # "password: correct horse battery staple": a passphrase to the end of its line, a closing quote or a sentence
 # end. The label is followed by ":" or a spaced "="; a quoted value is left to _ASSIGNMENTS.
 _PASSPHRASE = re.compile(
-    r"(?im)(?<![a-z0-9])((?:[a-z0-9]+[_.-])*(?:password|passwd|passphrase|passcode|pwd)(?:\s+is)?[\"']?"
-    r"[ \t]*(?::|=(?=[ \t]))[ \t]*)"
-    r"(?![\"'\s])([^\r\n]+?)(?=[\"`]|'(?![a-z])|(?<=[.!?])\s|$)"
+    rf"(?im){_NAME_START}({_PASSWORD_NAME}(\s+is)?[\"']?[ \t]*(?::|=(?=[ \t]))[ \t]*)"
+    rf"(?![\"'\s])([^\r\n]+?){_CLAUSE_END}"
+)
+# "my password is:" ending its line: the value is the next line holding text, as chat clients paste it, inside a
+# code fence, after a quote's "> " or between backticks.
+_VALUE_ON_NEXT_LINE = re.compile(
+    rf"(?im){_NAME_START}({_SECRET_NAME}({_OPENS}\s+is)?[ \t]*:[ \t]*\r?\n"
+    r"(?:[ \t]*(?:```[\w-]*[ \t]*)?\r?\n)*"  # blank lines and a code fence's opening line
+    r"[ \t]*(?:>[ \t]*)?`*)"  # a quote's mark, inline code's backticks
+    r"([^\s`][^\r\n`]*?)(?=`|[ \t]*\r?$)"
 )
 # "password: x", "api_key=x", "my password is: x", "password - x": keep the words, drop the value. The name
 # may carry a prefix, as environment variables do (DB_PASSWORD=x, OPENAI_API_KEY=x), and a closing quote,
 # as JSON does ("password": "x"); "is" may follow a few words saying what it opens ("password for wifi is x").
+# "is:" ending its line is _VALUE_ON_NEXT_LINE's: the first word there may be a fence or a quote's mark.
 _ASSIGNMENTS = re.compile(
-    r"(?i)(?<![a-z0-9])((?:[a-z0-9]+[_.-])*"
-    r"(?:password|passwd|passcode|passphrase|pwd|pin|secret[_ -]?(?:access[_ -]?)?key|secret|client[_ -]?secret"
-    r"|api[_ -]?key|access[_ -]?token|token))"
-    r"([\"']?[ \t]*[:=][ \t]*|(?:\s+(?:for|on|to|of|at)(?:\s+(?!is\b)[\w.@'-]+){1,3})?\s+is(?:\s*[:=]\s*|\s+)"
-    r"|\s+[-–—]\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+    rf"(?i){_NAME_START}({_SECRET_NAME})"
+    rf"([\"']?[ \t]*[:=][ \t]*|{_OPENS}\s+is(?:[ \t]*[:=][ \t]*|\s+)|\s+[-–—]\s+)(\"[^\"]*\"|'[^']*'|\S+)"
 )
+# A label's separator (":", a spaced "=", JSON's '": ') as a policy's field has it; not "is", not a shell's "=x".
+_LABEL_SEPARATOR = re.compile(r"[\"']?[ \t]*(?::[ \t]*|=[ \t]+)")
 _SECRET_KEYS = re.compile(
     r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|private[_-]?key|authorization|cookie|credential)"
     r"|(?<![A-Za-z])(?i:auth)(?![a-z])"  # "auth", "basic_auth", "authHeader"; not "author" or "oauth"
@@ -101,17 +152,181 @@ _PROSE_PUNCTUATION = ".,;:!?)(\"'"
 # Words that follow "password is" when someone describes a password rather than gives it.
 _DESCRIBES_PASSWORD = frozenset(
     {
-        "not", "no", "never", "still", "now", "already", "always", "just", "also", "too", "very", "so", "the",
-        "a", "an", "my", "your", "our", "their", "this", "that", "it", "wrong", "incorrect", "invalid",
-        "expired", "expiring", "locked", "blocked", "disabled", "rejected", "required", "needed", "mandatory",
-        "correct", "right", "valid", "fine", "ok", "okay", "good", "bad", "weak", "strong", "short", "long",
-        "empty", "blank", "missing", "same", "different", "changed", "reset", "set", "saved", "stored",
-        "forgotten", "lost", "known", "unknown", "compromised", "leaked", "stolen", "shared", "case-sensitive",
-        "sensitive", "managed", "synced", "working", "broken", "failing", "asking", "being", "going", "about",
-        "due", "over", "in", "on", "at", "for", "from", "of", "with", "without", "under", "older", "newer",
-        "new", "old", "temporary", "default"
+        "not",
+        "no",
+        "never",
+        "still",
+        "now",
+        "already",
+        "always",
+        "just",
+        "also",
+        "too",
+        "very",
+        "so",
+        "the",
+        "a",
+        "an",
+        "my",
+        "your",
+        "our",
+        "their",
+        "this",
+        "that",
+        "it",
+        "wrong",
+        "incorrect",
+        "invalid",
+        "expired",
+        "expiring",
+        "locked",
+        "blocked",
+        "disabled",
+        "rejected",
+        "required",
+        "needed",
+        "mandatory",
+        "correct",
+        "right",
+        "valid",
+        "fine",
+        "ok",
+        "okay",
+        "good",
+        "bad",
+        "weak",
+        "strong",
+        "short",
+        "long",
+        "empty",
+        "blank",
+        "missing",
+        "same",
+        "different",
+        "changed",
+        "reset",
+        "set",
+        "saved",
+        "stored",
+        "forgotten",
+        "lost",
+        "known",
+        "unknown",
+        "compromised",
+        "leaked",
+        "stolen",
+        "shared",
+        "case-sensitive",
+        "sensitive",
+        "managed",
+        "synced",
+        "working",
+        "broken",
+        "failing",
+        "asking",
+        "being",
+        "going",
+        "about",
+        "due",
+        "over",
+        "in",
+        "on",
+        "at",
+        "for",
+        "from",
+        "of",
+        "with",
+        "without",
+        "under",
+        "older",
+        "newer",
+        "new",
+        "old",
+        "temporary",
+        "default",
     }
 )
+
+
+# The words rules about passwords are written in: "at least 14 characters", "must not be reused", "changed
+# every 90 days", "4 to 6 digits, never your birthday".
+_RULE_WORDS = frozenset(
+    {
+        "must",
+        "mustn't",
+        "should",
+        "shall",
+        "cannot",
+        "can't",
+        "not",
+        "never",
+        "required",
+        "allowed",
+        "forbidden",
+        "mandatory",
+        "at",
+        "least",
+        "most",
+        "more",
+        "fewer",
+        "minimum",
+        "maximum",
+        "min",
+        "max",
+        "length",
+        "long",
+        "longer",
+        "character",
+        "characters",
+        "chars",
+        "digit",
+        "digits",
+        "letter",
+        "letters",
+        "number",
+        "numbers",
+        "symbol",
+        "symbols",
+        "words",
+        "uppercase",
+        "lowercase",
+        "special",
+        "every",
+        "each",
+        "day",
+        "days",
+        "week",
+        "weeks",
+        "month",
+        "months",
+        "year",
+        "years",
+        "daily",
+        "weekly",
+        "monthly",
+        "quarterly",
+        "yearly",
+        "annually",
+        "change",
+        "changed",
+        "reuse",
+        "reused",
+        "rotate",
+        "rotated",
+        "expire",
+        "expires",
+        "share",
+        "shared",
+        "written",
+        "stored",
+        "contain",
+        "contains",
+        "include",
+        "includes",
+        "unique",
+    }
+)
+_COUNT = re.compile(r"\d{1,3}\+?(?:[-–][a-z]+)?")  # "14", "90-day": a rule's quantity, shorter than any PIN
 
 
 class Redactor:
@@ -128,8 +343,11 @@ class Redactor:
             value = pattern.sub(REDACTED, value)
         value = _SIGNED.sub(_keep_name, value)
         value = _COOKIE.sub(_keep_name, value)
+        value = _CURL_COOKIE.sub(_keep_quoted, value)
+        value = _CURL_USER.sub(_keep_user, value)
         value = _AUTHORIZATION.sub(_authorization, value)
-        value = _PASSPHRASE.sub(_keep_name, value)
+        value = _VALUE_ON_NEXT_LINE.sub(_value_on_next_line, value)
+        value = _PASSPHRASE.sub(_passphrase, value)
         return _ASSIGNMENTS.sub(_assignment, value)
 
     def known(self, value: str) -> str:
@@ -161,6 +379,29 @@ def _keep_name(match: re.Match[str]) -> str:
     return f"{match.group(1)}{REDACTED}"
 
 
+def _keep_quoted(match: re.Match[str]) -> str:
+    """The option (``-b ``) kept, its value redacted inside the quotes it had."""
+    option, value = match.groups()
+    quote = value[0] if value[0] in "\"'" else ""
+    return f"{option}{quote}{REDACTED}{quote}"
+
+
+def _keep_user(match: re.Match[str]) -> str:
+    """``-u bob:[redacted]``."""
+    return f"{match.group(1)}{REDACTED}"
+
+
+def _value_on_next_line(match: re.Match[str]) -> str:
+    label, says_is, value = match.groups()
+    gives_one = len(value.split()) == 1 and _looks_secret(value)  # not a heading's list or paragraph
+    return f"{label}{REDACTED}" if says_is or gives_one else match.group(0)
+
+
+def _passphrase(match: re.Match[str]) -> str:
+    label, says_is, value = match.groups()
+    return match.group(0) if not says_is and _reads_as_rule(value) else f"{label}{REDACTED}"
+
+
 def _authorization(match: re.Match[str]) -> str:
     header, scheme, credential = match.groups()
     named = scheme.strip().casefold() in _AUTH_SCHEMES and credential != REDACTED
@@ -171,12 +412,35 @@ def _assignment(match: re.Match[str]) -> str:
     name, separator, value = match.groups()
     if value.rstrip(_PROSE_PUNCTUATION) == REDACTED:  # a passphrase or token already gone: keep its closing quote
         return match.group(0)
+    if _LABEL_SEPARATOR.fullmatch(separator) and _reads_as_rule(_clause_from(match, value)):
+        return match.group(0)
     strong = any(mark in separator for mark in ":=")  # "password: x" names its value; "password is x" may not
     plain_is = separator.strip().casefold() == "is"  # not "password for wifi is x": that needs a credential's shape
     if strong or _looks_secret(value) or (plain_is and _gives_a_password(value)):
         quote = value[0] if value[0] in "\"'" and len(value) > 1 else ""  # "password": "x" stays JSON
         return f"{name}{separator}{quote}{REDACTED}{quote}"
     return match.group(0)
+
+
+def _clause_from(match: re.Match[str], value: str) -> str:
+    """What a label's value says: inside its quotes, or from its first word to the end of its clause."""
+    if value[0] in "\"'":
+        return value[1:-1]
+    clause = _CLAUSE.match(match.string, match.start(3))
+    return clause.group() if clause else value
+
+
+def _reads_as_rule(value: str) -> bool:
+    """A policy's rule about a password ("at least 14 characters"), not a password: see the module docstring."""
+    words = [word.strip(_PROSE_PUNCTUATION) for word in value.split()]
+    if len(words) < 2 or not (_is_rule_word(words[0]) or _COUNT.fullmatch(words[0])):
+        return False
+    shaped = any(_looks_secret(word) and not _COUNT.fullmatch(word) for word in words)
+    return sum(map(_is_rule_word, words)) >= 2 and not shaped
+
+
+def _is_rule_word(word: str) -> bool:
+    return word.casefold() in _RULE_WORDS
 
 
 def _gives_a_password(word: str) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from adapters.slack.helpdesk import MAX_THREAD_MESSAGES, transcript_chunks
 from bot.helpdesk import asks_for_human
 from bot.redaction import REDACTED, Redactor, bounded
@@ -297,3 +299,143 @@ def test_prose_about_passwords_tokens_and_cookies_stays_as_written():
         "Bearer bonds are old",
     ):
         assert redactor.text(prose) == prose
+
+
+def test_a_policy_rule_after_a_password_label_stays_and_a_password_after_it_goes():
+    redactor = Redactor()
+    for rule in (
+        "Password: at least 14 characters, changed every 90 days",
+        "Password: must not be reused",
+        "Passphrase: at least four words, never written down",
+        "PIN: 4 to 6 digits, never your birthday",
+        "Password: 12 characters minimum",
+        "password = must not be reused",
+        '{"password": "must not be reused"}',
+        "Accounts\nPassword: at least 14 characters.\nToken: rotated every 90 days, never shared\n",
+    ):
+        assert redactor.text(rule) == rule
+    for said, redacted in [
+        ("Password: hunter2Xy!", f"Password: {REDACTED}"),
+        ("password: S3cr3t-2024", f"password: {REDACTED}"),
+        ("password: sunshine, it must never expire", f"password: {REDACTED}"),  # a password given comes first
+        ("passphrase: never eat shredded wheat", f"passphrase: {REDACTED}"),  # one word of rules is chance
+        ("Password: at least 14 characters, Hunter2!", f"Password: {REDACTED}"),  # a credential's shape
+        ("my password is: must not be reused", f"my password is: {REDACTED}"),  # "is:" introduces a value
+        ("Password: must not be reused\npassword: hunter2Xy!", f"Password: must not be reused\npassword: {REDACTED}"),
+    ]:
+        assert redactor.text(said) == redacted, said
+
+
+async def test_a_policy_rule_in_an_answer_stays_whole_in_the_trace_and_the_thread_history(
+    tmp_path, fake_openai, sample_index
+):
+    rule = "Password: at least 14 characters, changed every 90 days"
+    fake_openai.script(
+        tool_calls(("search_policies", {"query": "password rules, mine is password: hunter2Xy!"})),
+        answer(f"The standard says:\n{rule}"),
+    )
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "what are the password rules? mine is password: hunter2Xy!")
+        row = await svc.store.runs.get(reply.run_id)
+        history = await svc.store.threads.load_history(reply.conversation_key)
+    assert history[-1]["content"] == f"The standard says:\n{rule}"
+    assert row.trace[-1]["text"] == f"The standard says:\n{rule}"
+    assert "hunter2Xy" not in json.dumps([history, row.question, row.trace])
+
+
+def test_curl_cookie_options_lose_their_value_and_a_cookie_file_stays():
+    redactor = Redactor()
+    for said, redacted in [
+        ('curl -b "session=abc123def456" https://x', f'curl -b "{REDACTED}" https://x'),
+        ("curl --cookie 'sid=abc123; csrftoken=xyz' https://x", f"curl --cookie '{REDACTED}' https://x"),
+        ("curl -b sid=plainword https://x", f"curl -b {REDACTED} https://x"),
+        ("curl --cookie=sid=plainword https://x", f"curl --cookie={REDACTED} https://x"),
+    ]:
+        assert redactor.text(said) == redacted, said
+    for kept in ("curl -c jar.txt -b jar.txt https://x", "curl --cookie cookies.txt https://x"):
+        assert redactor.text(kept) == kept
+
+
+def test_every_parameter_of_a_digest_or_signed_authorization_header_is_redacted():
+    redactor = Redactor()
+    digest = (
+        'Digest username="bob", realm="x", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093", uri="/dir/index.html", '
+        'qop=auth, nc=00000001, cnonce="0a4f113b", response="6629fae49393a05397450978507c4ef1"'
+    )
+    for said, redacted in [
+        (f"curl -H 'Authorization: {digest}' https://x", f"curl -H 'Authorization: {REDACTED}' https://x"),
+        (f"Authorization: {digest}\nthen it fails", f"Authorization: {REDACTED}\nthen it fails"),
+        (json.dumps({"Authorization": digest}), f'{{"Authorization": "{REDACTED}"}}'),  # escaped quotes
+        (
+            "Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20240101/us-east-1/s3/aws4_request, "
+            "SignedHeaders=host;x-amz-date, Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc9631766",
+            f"Authorization: {REDACTED}",
+        ),
+        (
+            'Authorization: OAuth oauth_consumer_key="xvz1evFS4wEEPTGEFPHBog", oauth_signature="tnnArxj06cWHq44g"',
+            f"Authorization: {REDACTED}",
+        ),
+    ]:
+        assert redactor.text(said) == redacted, said
+
+
+def test_a_password_on_the_line_after_its_label_is_redacted_and_a_list_below_a_heading_is_not():
+    redactor = Redactor()
+    for said, redacted in [
+        ("my password is:\nhunter2", f"my password is:\n{REDACTED}"),
+        ("My password is:\ncorrect horse battery staple\nthanks", f"My password is:\n{REDACTED}\nthanks"),
+        ("my password is:\n```\nhunter2\n```", f"my password is:\n```\n{REDACTED}\n```"),  # a code block
+        ("my password is:\n> hunter2", f"my password is:\n> {REDACTED}"),  # a quote
+        ("the password for wifi is:\n`Guest 2024`", f"the password for wifi is:\n`{REDACTED}`"),
+        ("here is my password:\nS3cr3t-2024\nit fails", f"here is my password:\n{REDACTED}\nit fails"),
+        ("API key:\n9f8e7d6c5b4a3f2e", f"API key:\n{REDACTED}"),
+    ]:
+        assert redactor.text(said) == redacted, said
+    for heading in (
+        "you must change your password:\n\n- **immediately** if you think someone knows it;",
+        "Your password:\n- at least 14 characters",
+        "Reset your password:\nopen the portal",
+    ):
+        assert redactor.text(heading) == heading
+
+
+def test_curl_user_passwords_are_redacted_keeping_the_user():
+    redactor = Redactor()
+    for said, redacted in [
+        ("curl -u bob:Hunter2Hunter2 https://x", f"curl -u bob:{REDACTED} https://x"),
+        ("curl --user=bob:plainword https://x", f"curl --user=bob:{REDACTED} https://x"),
+        ("curl -u 'bob:pass word' https://x", f"curl -u 'bob:{REDACTED}' https://x"),
+        ("curl -x proxy:3128 -U ann:s3cret https://x", f"curl -x proxy:3128 -U ann:{REDACTED} https://x"),
+    ]:
+        assert redactor.text(said) == redacted, said
+    for kept in ("git push -u origin main", "sudo -u bob whoami", "curl --user-agent 'a:b' https://x"):
+        assert redactor.text(kept) == kept
+
+
+def test_password_names_glued_to_a_prefix_lose_their_value():
+    redactor = Redactor()
+    for said, kept in [
+        ("PGPASSWORD=Hunter2 psql -h db", "PGPASSWORD="),  # libpq
+        ("MicrosoftAppPassword=abc~DEF.ghi", "MicrosoftAppPassword="),  # the Teams bot's own setting
+        ('"adminPassword": "plainword"', '"adminPassword": "'),  # an ARM template's parameter
+    ]:
+        assert redactor.text(said).startswith(kept + REDACTED), said
+        assert "Hunter2" not in redactor.text(said) and "plainword" not in redactor.text(said)
+    for prose in ("MicrosoftAppPassword is missing", "set MicrosoftAppId and MicrosoftAppPassword (or neither)"):
+        assert redactor.text(prose) == prose
+
+
+def test_slack_workflow_webhook_urls_are_redacted():
+    redactor = Redactor()
+    for url in (
+        "https://hooks.slack.com/workflows/T0123ABCD/A0123ABCD/123456789012345678/abcdefghijklmnopqrstuvwx",
+        "https://hooks.slack.com/triggers/T0123ABCD/1234567890123/abcdef0123456789abcdef0123456789",
+    ):
+        assert redactor.text(f"post to {url} please") == f"post to {REDACTED} please", url
+
+
+@pytest.mark.timeout(300)  # a guard against a hang, not a timing: it takes well under a second, was 10+ minutes
+def test_a_long_dotted_paste_is_redacted_in_linear_time():
+    pasted = "a." * 40_000  # each dot used to restart the scan of a name and of a URL scheme (quadratic)
+    assert Redactor().text(pasted) == pasted
+    assert Redactor().known(pasted) == pasted
