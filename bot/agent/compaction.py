@@ -6,6 +6,11 @@ turns in between are summarised, by one model call, into a single bridge message
 assistant message together with the tool results that answer its calls: the two are kept or
 summarised as one unit, never split, because a tool result without its call (or a call without its
 result) is rejected by the chat completions API.
+
+When the pinned head alone (with an empty summary) already reaches the threshold, no summary can get the
+history under it: folding would run again on every later turn, summarising its own summary. Then nothing
+is folded (``head_fills``, traced once a run); the history grows until the budget check before a model
+call ends the run (``token_budget``, or whichever budget runs out first), as for any other run.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bot.agent.budget import estimate_tokens
 from bot.types import ChatModel, Message, ModelReply
 
 COMPACTION_PROMPT = (
@@ -23,6 +29,7 @@ COMPACTION_PROMPT = (
 )
 BRIDGE_PREFIX = "Summary of my earlier steps in this run (compacted):\n"
 HISTORY_MESSAGES = 12  # earlier messages of a thread given to a follow-up question
+HEAD_FILLS = "not compacted: the system prompt, the thread and the question alone reach the threshold"
 
 
 def thread_context(history: Sequence[Message], question: str) -> list[Message]:
@@ -59,6 +66,11 @@ def plan_compaction(messages: Sequence[Message], question_index: int, keep_turns
     return CompactionPlan(head=head, middle=middle, tail=tail)
 
 
+def head_fills(plan: CompactionPlan, at_tokens: int) -> bool:
+    """Whether the pinned head and an empty summary alone reach ``at_tokens``: no summary gets under it."""
+    return estimate_tokens([*plan.head, bridge("")]) >= at_tokens
+
+
 def summary_request(middle: Sequence[Message]) -> list[Message]:
     return [
         {"role": "system", "content": COMPACTION_PROMPT},
@@ -70,6 +82,10 @@ async def summarise(model: ChatModel, middle: Sequence[Message], *, max_tokens: 
     return await model.complete(summary_request(middle), [], max_tokens=max_tokens, timeout=timeout)
 
 
+def bridge(summary: str) -> Message:
+    """The one message the folded turns become."""
+    return {"role": "assistant", "content": BRIDGE_PREFIX + summary.strip()}
+
+
 def apply_compaction(plan: CompactionPlan, summary: str) -> list[Message]:
-    bridge: Message = {"role": "assistant", "content": BRIDGE_PREFIX + summary.strip()}
-    return [*plan.head, bridge, *plan.tail]
+    return [*plan.head, bridge(summary), *plan.tail]

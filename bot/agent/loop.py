@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agent.budget import Budget, Budgets, CallAllowance, HistoryMeter, estimate_tokens
-from bot.agent.compaction import apply_compaction, plan_compaction, summarise
+from bot.agent.compaction import HEAD_FILLS, apply_compaction, head_fills, plan_compaction, summarise
 from bot.agent.coverage import is_not_covered
 from bot.agent.decided import DecidedWrite
 from bot.agent.pricing import Price
@@ -244,6 +244,10 @@ async def _compact(
     """
     plan = plan_compaction(state.messages, state.question_index, deps.settings.keep_turns)
     if plan is None:
+        return
+    if head_fills(plan, deps.settings.compact_at_tokens):  # summarising cannot get under: the budgets end the run
+        if not any(step.error == HEAD_FILLS for step in trace.steps):  # said once, not on every turn
+            trace.add(Step("compaction", deps.model.name, error=HEAD_FILLS))
         return
     allowance = budget.check(estimate_tokens(plan.middle), deps.settings.max_output_tokens)
     if isinstance(allowance, TerminationReason):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import pytest
@@ -509,6 +510,46 @@ async def test_an_empty_summary_does_not_fold_the_history_away(tmp_path, fake_op
     assert not any(str(m.get("content") or "").startswith("Summary of my earlier steps") for m in after.messages)
     assert any(step["kind"] == "compaction" and step.get("error") == "empty summary" for step in row.trace)
     fake_openai.assert_script_consumed()
+
+
+async def test_a_head_over_the_threshold_is_not_summarised_and_the_token_budget_ends_the_run(
+    tmp_path, fake_openai, sample_index
+):
+    """The system prompt and a long question alone pass ``compact_at_tokens``: no summary can get under it, so
+    none is asked for (each turn used to summarise the last summary again) and the token budget ends the run."""
+    from tests.fakes.openai_server import respond
+
+    topics = itertools.cycle(["annual leave", "travel class", "expenses receipts", "laptop refresh", "VPN access"])
+    searches = itertools.count(1)
+
+    def turn(body):
+        if not body.get("tools"):  # a summary request
+            return text("- searched leave, travel and expenses; found [Leave Policy] passages")
+        return tool_calls(search(f"{next(topics)} {next(searches)}"))  # never a repeat
+
+    fake_openai.script(*[respond(turn) for _ in range(20)])
+    question = "Tell me everything about leave, travel and expenses, with every detail please. " * 80
+    async with service(
+        tmp_path,
+        fake_openai,
+        sample_index,
+        compact_at_tokens=1_500,
+        max_searches=20,
+        max_steps=20,
+        max_tokens=60_000,
+        max_cost_usd=10.0,
+        deadline_s=600,
+    ) as svc:
+        reply = await ask(svc, question)
+        row = await svc.store.runs.get(reply.run_id)
+    assert reply.reason == TerminationReason.TOKEN_BUDGET, reply
+    assert row is not None and row.reason == TerminationReason.TOKEN_BUDGET
+    assert len(fake_openai.requests) > 4  # past the three kept turns: there was a middle to fold
+    assert [n for n, r in enumerate(fake_openai.requests) if not r.tools] == []  # no summary request
+    compactions = [step for step in row.trace if step["kind"] == "compaction"]
+    assert [step.get("error") for step in compactions] == [  # why, said once
+        "not compacted: the system prompt, the thread and the question alone reach the threshold"
+    ]
 
 
 def record_retry_waits(monkeypatch: pytest.MonkeyPatch, fake: FakeOpenAI) -> None:
