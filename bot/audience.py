@@ -5,19 +5,31 @@ everyone in it. A reply is built only from documents every reader may read: the 
 a private place, public documents in a shared one (or, where the member list is known, the groups
 all members share). History and traces record the audience each reply was built for, so a later
 run in the same thread uses only what its readers may read.
+
+Who is in a place is read again for every reply: for a question, and when a run goes on after a
+Confirm or Cancel click (someone may have joined since the card was posted). Adapters cache member
+lists a while (``MemberLists``) and drop a place's list when someone joins it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from bot.identity import EVERYONE
 from bot.types import Inbound, UserRef
 
+log = logging.getLogger(__name__)
+
 PUBLIC: tuple[str, ...] = (EVERYONE,)
 Readers = Literal["asker", "everyone here", "members"]
+Members = tuple[UserRef, ...]
+MembersNow = Callable[[], Awaitable[Members | None]]  # a place's member list read now; None: it cannot be
 
 
 @dataclass(frozen=True)
@@ -54,19 +66,112 @@ def asker_audience(user: UserRef) -> Audience:
 
 
 def place_audience(inbound: Inbound) -> Audience:
-    """The audience of a reply where ``inbound`` was asked: the asker alone, or everyone in the place.
+    """The audience of a reply where ``inbound`` was asked: the asker alone, or everyone in the place."""
+    return audience_of(inbound.user, shared=inbound.shared, members=inbound.members)
 
-    ``inbound.members`` (the place's member list with their groups, when the adapter could read it)
-    narrows a shared place to the groups all of them share; without it, a shared place reads public
-    documents only. The asker reads the reply too, so they count even when the list leaves them out
-    (a Teams shared channel's roster is the host team's; a cached list predates their joining).
+
+def audience_of(asker: UserRef, *, shared: bool, members: Members | None) -> Audience:
+    """Who reads a reply to ``asker``: they alone in a private place, everyone in a shared one.
+
+    ``members`` (the place's member list with their groups, when the adapter could read it) narrows a
+    shared place to the groups all of them share; without it, a shared place reads public documents
+    only. The asker reads the reply too, so they count even when the list leaves them out (a Teams
+    shared channel's roster is the host team's; a cached list predates their joining).
     """
-    members = inbound.members
-    if not inbound.shared:
-        return asker_audience(inbound.user)
+    if not shared:
+        return asker_audience(asker)
     if not members:
         return Audience(PUBLIC, "everyone here")
-    readers = (inbound.user, *members)
-    shared = set.intersection(*(set(asker_audience(reader).groups) for reader in readers))
-    ordered = tuple(group for group in asker_audience(inbound.user).groups if group in shared)
+    readers = (asker, *members)
+    common = set.intersection(*(set(asker_audience(reader).groups) for reader in readers))
+    ordered = tuple(group for group in asker_audience(asker).groups if group in common)
     return Audience(ordered, "members")
+
+
+@dataclass(frozen=True)
+class PlaceNow:
+    """A card's place as a click finds it: shared or not, and how to read who is in it now.
+
+    A run that goes on after Confirm or Cancel posts its answer where the card is, so it is built for
+    the people there at the click, not those there when the card was proposed.
+    """
+
+    shared: bool
+    members: MembersNow | None = None  # None: no member list is read (a shared place reads public documents)
+
+    async def audience(self, requester: UserRef) -> Audience:
+        """The readers now; a member list that cannot be read makes a shared place public (fail closed)."""
+        members = None
+        if self.shared and self.members is not None:
+            try:
+                members = await self.members()
+            except Exception as exc:  # the adapters' lookups say None; a raise here must not open the place
+                log.warning("the place's members could not be read (%s); answering from public documents", exc)
+        return audience_of(requester, shared=self.shared, members=members)
+
+
+@dataclass
+class _Listed:
+    members: Members
+    expires: float
+    within: Hashable | None
+
+
+class MemberLists:
+    """Each place's member list, cached ``ttl_s``; someone joining a place makes its next read fresh.
+
+    ``joined`` drops the place's list, and a read already under way when someone joined is neither
+    shared with later callers nor kept: it may predate the newcomer. ``within`` names a larger place
+    (a team, for its channels) whose joins drop the lists of the places in it too. A list that cannot
+    be read (None) is not kept: the next caller tries again. In-process only: another replica's copy
+    ages out by its ``ttl_s``.
+    """
+
+    def __init__(self, ttl_s: float, max_places: int = 1_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl_s = ttl_s
+        self._max_places = max_places
+        self._clock = clock
+        self._lists: OrderedDict[Hashable, _Listed] = OrderedDict()
+        self._loading: dict[Hashable, tuple[asyncio.Future[Members | None], Hashable | None]] = {}
+        self._joins = 0  # joins seen so far: a read that overlapped one is not kept
+
+    async def of(self, place: Hashable, load: MembersNow, *, within: Hashable | None = None) -> Members | None:
+        """``place``'s members, cached or read by ``load`` (concurrent callers share one read)."""
+        listed = self._lists.get(place)
+        if listed is not None and listed.expires > self._clock():
+            return listed.members
+        if (under_way := self._loading.get(place)) is not None:
+            return await asyncio.shield(under_way[0])
+        future: asyncio.Future[Members | None] = asyncio.get_running_loop().create_future()
+        self._loading[place] = (future, within)
+        joins = self._joins
+        try:
+            members = await load()
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, and asyncio does not warn when there are none
+            raise
+        finally:
+            if (entry := self._loading.get(place)) is not None and entry[0] is future:
+                del self._loading[place]
+        if members is not None and joins == self._joins:
+            self._keep(place, members, within)
+        future.set_result(members)
+        return members
+
+    def joined(self, place: Hashable) -> None:
+        """Someone joined ``place``: its list, and those of the places within it, are read afresh next time."""
+        self._joins += 1
+        for key in [key for key, listed in self._lists.items() if place in (key, listed.within)]:
+            del self._lists[key]
+        for key in [key for key, (_, within) in self._loading.items() if place in (key, within)]:
+            del self._loading[key]  # its callers still get it; later ones start their own read
+
+    def _keep(self, place: Hashable, members: Members, within: Hashable | None) -> None:
+        self._lists[place] = _Listed(members, self._clock() + self._ttl_s, within)
+        self._lists.move_to_end(place)
+        while len(self._lists) > self._max_places:
+            self._lists.popitem(last=False)

@@ -25,6 +25,7 @@ from bot.agent import (
     WORKING,
     AgentDeps,
     DecidedWrite,
+    PendingTurn,
     Progress,
     ProposedWrite,
     RunResult,
@@ -38,7 +39,7 @@ from bot.agent import (
     thread_context,
 )
 from bot.attachments import files_not_read
-from bot.audience import Audience, asker_audience
+from bot.audience import Audience, PlaceNow, asker_audience
 from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
 from bot.delivery import Address, Inbox, Outbox, Post, current_lease, post_destination
@@ -267,25 +268,35 @@ class PolicyPal:
         private = await run_agent(replace(self.deps, tools=self.deps.tools.reading_only()), state, cancel)
         outcome = private.outcome
         if not isinstance(outcome, Answer):  # the thread's answer stands; the asker is not told of a part
-            log.warning("run %s: the private part for %s ended %s; only the thread's answer is sent",
-                        private.run_id, asker.label(), private.reason.value)
+            log.warning(
+                "run %s: the private part for %s ended %s; only the thread's answer is sent",
+                private.run_id,
+                asker.label(),
+                private.reason.value,
+            )
             return None
         if all(readers.can_see(c.audience) for c in outcome.citations):
             log.info("run %s: nothing restricted answers it for %s", private.run_id, asker.label())
             return None
-        log.info("run %s: the part only %s may read goes privately (run %s)", public.run_id, asker.label(),
-                 private.run_id)
+        log.info(
+            "run %s: the part only %s may read goes privately (run %s)", public.run_id, asker.label(), private.run_id
+        )
         return private
 
     async def _conclude(
-        self, result: RunResult, where: Where, started: datetime, also: Sequence[NewPost],
+        self,
+        result: RunResult,
+        where: Where,
+        started: datetime,
+        also: Sequence[NewPost],
         private: RunResult | None = None,
     ) -> Reply | None:
         """Store the run with what the user sees (one fenced transaction), then send it."""
         state, spent = result.state, result.state.spent
         run = self._record(result, where, started)
-        reply = Reply(result.run_id, result.reason, Answer(""), state.conversation_key, spent.steps, spent.tokens,
-                      spent.cost_usd)
+        reply = Reply(
+            result.run_id, result.reason, Answer(""), state.conversation_key, spent.steps, spent.tokens, spent.cost_usd
+        )
         outcome = result.outcome
         if isinstance(outcome, ProposedWrite):
             return await self._propose(result, outcome, reply, where, run, also)
@@ -300,8 +311,9 @@ class PolicyPal:
             sent = self._record(private, where, started, place="private")
             if where.private_channel:
                 sent = replace(sent, exchange=self._exchange(private.state, private.outcome.text))
-                private_posts = text_post("direct", private.outcome.text, where, _item(), run_id=private.run_id,
-                                          reason=PRIVATE_PART)
+                private_posts = text_post(
+                    "direct", private.outcome.text, where, _item(), run_id=private.run_id, reason=PRIVATE_PART
+                )
             private_runs.append(sent)
         reply = replace(reply, outcome=outcome)
         # Thread history keeps questions and final answers only (tool traffic lives in the trace), on
@@ -317,7 +329,12 @@ class PolicyPal:
         return exchange
 
     async def _propose(
-        self, result: RunResult, write: ProposedWrite, reply: Reply, where: Where, run: RunRecord,
+        self,
+        result: RunResult,
+        write: ProposedWrite,
+        reply: Reply,
+        where: Where,
+        run: RunRecord,
         also: Sequence[NewPost],
     ) -> Reply | None:
         """A write the model asked for: frozen as a pending action, and its card, committed with the run."""
@@ -327,9 +344,15 @@ class PolicyPal:
 
         async def propose(tx: Any) -> None:
             action = await self.pending.propose(
-                run_id=state.run_id, conversation_key=state.conversation_key, requester=state.user.id,
-                tool=write.tool.name, call_id=write.call.id, arguments=write.arguments, text=text,
-                run_state=state.to_dict(), conn=tx,
+                run_id=state.run_id,
+                conversation_key=state.conversation_key,
+                requester=state.user.id,
+                tool=write.tool.name,
+                call_id=write.call.id,
+                arguments=write.arguments,
+                text=text,
+                run_state=state.to_dict(),
+                conn=tx,
             )
             proposed.append(replace(reply, outcome=Pending(text=text, action=action)))
 
@@ -394,6 +417,7 @@ class PolicyPal:
         who: Who = str,
         show: Show | None = None,
         card: ClickedCard | None = None,
+        place: PlaceNow | None = None,
     ) -> DecisionReply:
         """A click on a card, for every platform: decided exactly once, the card and the reply through the outbox.
 
@@ -401,10 +425,12 @@ class PolicyPal:
         runs, then the call's result while the model writes); the outbox makes the final card stick.
         A click that is refused or lost gets ``notice`` (privately) and the card as it stands. ``card``
         is the card the click came from: a click from another card than the action's own is refused,
-        and then no card is shown (the clicked one belongs to another action).
+        and then no card is shown (the clicked one belongs to another action). ``place``: who reads
+        the card's place now; in a shared place the run goes on for them (its members read again after
+        the decision), not for those there when the card was proposed. None: for those.
         """
         return await self._decided(
-            pending_id, actor, decision, args_hash, address=address, who=who, show=show, card=card
+            pending_id, actor, decision, args_hash, address=address, who=who, show=show, card=card, place=place
         )
 
     async def decide(
@@ -433,6 +459,7 @@ class PolicyPal:
         show: Show | None = None,
         on_result: Callable[[DecisionReply], Awaitable[None]] | None = None,
         card: ClickedCard | None = None,
+        place: PlaceNow | None = None,
     ) -> DecisionReply:
         lease = current_lease()
         item = lease.item_id if lease else None
@@ -440,7 +467,7 @@ class PolicyPal:
         record = verdict.action
         if verdict.status not in ("confirmed", "cancelled") or record is None:
             if lease is not None and lease.attempt > 1 and _decided_by(verdict, actor, lease.item_id):
-                return await self._resume(verdict, actor, address)  # this very click, before a crash
+                return await self._resume(verdict, actor, address, place)  # this very click, before a crash
             return await self._refused(verdict, decision, address, who)
         where = _click_where(record, decision, address)
         if show is not None:
@@ -451,22 +478,31 @@ class PolicyPal:
         took_ms = watch.ms()
         case = None
         if verdict.confirmed and state != "done":
-            case = await self._action_case(record, actor, TICKET_FAILED if state == "failed" else ACTION_UNKNOWN,
-                                           str(result.get("error", "")))
+            case = await self._action_case(
+                record, actor, TICKET_FAILED if state == "failed" else ACTION_UNKNOWN, str(result.get("error", ""))
+            )
             result = {**result, "case_id": case.case_id, "handoff": case.message}
         view = CardView.of(replace(record, state=state, result=result), case_id=case.case_id if case else None)
         if on_result is not None:
             await _report(on_result, DecisionReply(verdict, result, case=case, card=view))
         shown = show is not None and await _quietly(show(view), record.id)
         card_rows = [] if shown else card_post(view, record.platform_message, where, _item())
-        reply = await self._continue(record, actor, decision, result, took_ms, where, card_rows)
+        reply = await self._continue(record, actor, decision, result, took_ms, where, card_rows, place)
         return DecisionReply(verdict, result, reply, case, card=view)
 
     async def _continue(
-        self, record: PendingRecord, actor: UserRef, decision: Choice, result: dict[str, Any], took_ms: float,
-        where: Where, also: Sequence[NewPost],
+        self,
+        record: PendingRecord,
+        actor: UserRef,
+        decision: Choice,
+        result: dict[str, Any],
+        took_ms: float,
+        where: Where,
+        also: Sequence[NewPost],
+        place: PlaceNow | None = None,
     ) -> Reply | None:
-        """The run the card interrupted, resumed with the call's result (or "cancelled by user")."""
+        """The run the card interrupted, resumed with the call's result (or "cancelled by user"), for the
+        readers its shared place has now."""
         try:
             state = RunState.from_dict(record.run_state)
         except StateVersionError as exc:
@@ -474,6 +510,10 @@ class PolicyPal:
             await self.outcomes.commit(posts=also)
             return None
         state.run_id = _new_run_id()
+        if place is not None and place.shared:
+            readers = await place.audience(actor)
+            state = _for_readers(state, readers)
+            where = replace(where, readers=readers)
         state.resume_with(record.call_id, _json(result))
         decided = decided_write(
             tool=record.tool,
@@ -487,7 +527,9 @@ class PolicyPal:
         )
         return await self._run(state, where, None, decided=decided, also=also)
 
-    async def _resume(self, verdict: Decision, actor: UserRef, address: Address | None) -> DecisionReply:
+    async def _resume(
+        self, verdict: Decision, actor: UserRef, address: Address | None, place: PlaceNow | None
+    ) -> DecisionReply:
         """A click delivered again after a crash: its decision stands; the run it interrupted goes on.
 
         Still executing, or unknown, is the sweeper's (the call may have happened): nothing runs here.
@@ -501,7 +543,7 @@ class PolicyPal:
         view = CardView.of(record)
         where = _click_where(record, decision, address)
         rows = card_post(view, record.platform_message, where, _item())
-        reply = await self._continue(record, actor, decision, result, 0.0, where, rows)
+        reply = await self._continue(record, actor, decision, result, 0.0, where, rows, place)
         return DecisionReply(verdict, result, reply, card=view)
 
     async def _refused(self, verdict: Decision, decision: Choice, address: Address | None, who: Who) -> DecisionReply:
@@ -648,8 +690,10 @@ class PolicyPal:
         """The card says it is not known whether the call happened (with the case); the requester hears it."""
         where = await self._where_of(record.conversation_key, record.requester)
         view = CardView.of(replace(record, state="unknown"), case_id=case.case_id)
-        posts = [*card_post(view, record.platform_message, where, None),
-                 *text_post("notice", case.user_reply(), where, None, run_id=record.run_id, case_id=case.case_id)]
+        posts = [
+            *card_post(view, record.platform_message, where, None),
+            *text_post("notice", case.user_reply(), where, None, run_id=record.run_id, case_id=case.case_id),
+        ]
         try:
             await self.outcomes.commit(posts=posts)
         except Exception:
@@ -682,8 +726,12 @@ class PolicyPal:
         record = await self.pending.withdraw(pending_id)
         if record is None:
             return None
-        log.error("pending %s (%s for %s): its card could not be posted; withdrawn and handed to the helpdesk",
-                  record.id, record.tool, record.requester)
+        log.error(
+            "pending %s (%s for %s): its card could not be posted; withdrawn and handed to the helpdesk",
+            record.id,
+            record.tool,
+            record.requester,
+        )
         detail = f"The confirmation card for {record.tool} could not be posted; nothing was done."
         return await self._action_case(record, UserRef(record.requester), CARD_NOT_SHOWN, detail)
 
@@ -712,8 +760,9 @@ class PolicyPal:
                 detail=f"The reply could not be posted: {error}",
             )
         if case is not None:  # said in the thread if the thread takes it, else to the person directly
-            notice = Post("notice", post.address, text=case.user_reply(), case_id=case.case_id,
-                          reason=REPLY_NOT_DELIVERED)
+            notice = Post(
+                "notice", post.address, text=case.user_reply(), case_id=case.case_id, reason=REPLY_NOT_DELIVERED
+            )
             await self.outcomes.commit(posts=[NewPost(row.destination, notice.to_json(), key, None)])
 
     async def _where_of(self, conversation_key: str, user: str) -> Where:
@@ -819,6 +868,36 @@ def _first_state(inbound: Inbound, history: list[Message], readers: Audience) ->
         question_index=len(messages) - 1,
         audience=readers.groups,
     )
+
+
+def _for_readers(state: RunState, readers: Audience) -> RunState:
+    """A saved run, for the readers its place has at the click.
+
+    When they may read all it was built for, only its audience changes. When someone has joined who
+    may not, what the run read before the card (thread history, search results, a summary of them)
+    is not theirs to read: it goes on from the question and the decided call alone, searching again
+    if it must. The card's own text stays: it is already in the place.
+    """
+    if readers.may_read(state.reading_groups) or state.pending_turn is None:
+        state.audience = readers.groups
+        return state
+    log.info(
+        "run %s: its place's readers changed (now %s); it goes on without what it read before",
+        state.run_id,
+        readers.label(),
+    )
+    pending = state.pending_turn
+    system = [message for message in state.messages[:1] if message.get("role") == "system"]
+    proposal = dict(state.messages[-1])
+    proposal["tool_calls"] = [call for call in proposal.get("tool_calls") or () if call.get("id") == pending.call_id]
+    state.messages = [*system, state.messages[state.question_index], proposal]
+    state.question_index = len(system)
+    state.pending_turn = PendingTurn(pending.call_id, {})
+    written = {str((call.get("function") or {}).get("name")) for call in proposal["tool_calls"]}
+    state.seen_calls = {key for key in state.seen_calls if key.partition(":")[0] in written}  # searches may run again
+    state.sources = {cite: source for cite, source in state.sources.items() if readers.can_see(source.audience)}
+    state.audience = readers.groups
+    return state
 
 
 def _private_note(where: Where) -> str:

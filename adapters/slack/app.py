@@ -490,11 +490,16 @@ def register_listeners(bolt: AsyncApp, bridge: SlackBridge) -> None:
         if not _for_another_app(body, bridge.bot):
             await bridge.stop(event, str(body.get("team_id") or ""))
 
+    async def on_member_joined(ack: Any, event: dict[str, Any]) -> None:
+        await ack()
+        bridge.joined(event)
+
     bolt.event("message")(on_message)
     bolt.event("app_mention")(on_message)
     bolt.event("assistant_thread_started")(on_thread_started)
     bolt.event("assistant_thread_context_changed")(ack_only)
     bolt.event("agent_session_stopped")(on_stopped)
+    bolt.event("member_joined_channel")(on_member_joined)  # the channel's readers changed
     _register_actions(bolt, bridge, start)
     bolt.error(_on_bolt_error)
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from adapters.slack.blocks import card_view_message, clicked_card, mention, parse_button_value, parse_feedback
-from adapters.slack.inbound import BotIdentity, conversation_key, thread_of, to_inbound
+from adapters.slack.inbound import BotIdentity, conversation_key, is_direct_message, thread_of, to_inbound
 from adapters.slack.members import ChannelMembers
 from adapters.slack.post import SlackPoster, SlackWriter
 from adapters.slack.users import UserDirectory
 from bot.agent import WORKING, Progress
 from bot.attachments import files_not_read
+from bot.audience import PlaceNow
 from bot.cards import CardView
 from bot.delivery import Address
 from bot.service import PolicyPal
@@ -165,8 +166,30 @@ class SlackBridge:
             await self.writer.update(click.channel, click.message_ts, card_view_message(view))
 
         await self.service.click(
-            pending_id, actor, choice, args_hash, address=address, who=mention, show=show, card=card
+            pending_id,
+            actor,
+            choice,
+            args_hash,
+            address=address,
+            who=mention,
+            show=show,
+            card=card,
+            place=self._place_now(click.channel),
         )
+
+    def _place_now(self, channel: str) -> PlaceNow:
+        """Who reads a card's channel at the click: its members are read again (through the cache a join
+        drops) when the run goes on, as for a question there."""
+        shared = not is_direct_message({"channel": channel})
+        if not shared or self.members is None:
+            return PlaceNow(shared)
+        members = self.members
+        return PlaceNow(shared, lambda: members.of(channel))
+
+    def joined(self, event: dict[str, Any]) -> None:
+        """Someone joined a channel: the next answer there is built for them too (its cached members dropped)."""
+        if self.members is not None and event.get("channel"):
+            self.members.joined(str(event["channel"]))
 
     # --- feedback and handoff ----------------------------------------------------------------------
 

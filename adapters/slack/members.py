@@ -3,7 +3,8 @@
 Only used with ``POLICYPAL_SHARED_AUDIENCE=members``: an answer in a channel thread is then built
 from what every member may read (bot/audience.py). Anything that stops the list being read whole
 (a missing ``channels:read``/``groups:read`` scope, an error, more members than the cap) gives None,
-and the place reads public documents only: the list fails closed, never open.
+and the place reads public documents only: the list fails closed, never open. A ``member_joined_channel``
+event drops the channel's list (``joined``), so the next answer there is built for the newcomer too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.users import UserDirectory
-from bot.runtime import ExpiringCache
+from bot.audience import MemberLists
 from bot.types import UserRef
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,14 @@ class ChannelMembers:
         self._users = users
         self._bot_user_id = bot_user_id
         self._max_members = max_members
-        self._cache: ExpiringCache[str, tuple[UserRef, ...]] = ExpiringCache(ttl_s, MAX_CHANNELS, clock)
+        self._lists = MemberLists(ttl_s, MAX_CHANNELS, clock)
 
     async def of(self, channel: str) -> tuple[UserRef, ...] | None:
-        return await self._cache.get_or_load(channel, lambda: self._fetch(channel))
+        return await self._lists.of(channel, lambda: self._fetch(channel))
+
+    def joined(self, channel: str) -> None:
+        """Someone joined ``channel``: its list is read again for the next answer or click there."""
+        self._lists.joined(channel)
 
     async def _fetch(self, channel: str) -> tuple[UserRef, ...] | None:
         try:
@@ -62,8 +67,7 @@ class ChannelMembers:
 
             return tuple(await asyncio.gather(*(lookup(user_id) for user_id in ids)))
         except Exception as exc:  # a scope, an error, a timeout: public documents only, said in the log
-            log.warning("the members of %s could not be read (%s); answering there from public documents", channel,
-                        exc)
+            log.warning("the members of %s could not be read (%s); answering there from public documents", channel, exc)
             return None
 
     async def _member_ids(self, channel: str) -> list[str] | None:
@@ -73,8 +77,9 @@ class ChannelMembers:
             response = await self._client.conversations_members(channel=channel, limit=PAGE, cursor=cursor)
             ids += [str(member) for member in response.get("members") or [] if member != self._bot_user_id]
             if len(ids) > self._max_members:
-                log.info("%s has more than %d members: answering there from public documents", channel,
-                         self._max_members)
+                log.info(
+                    "%s has more than %d members: answering there from public documents", channel, self._max_members
+                )
                 return None
             cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
             if not cursor:

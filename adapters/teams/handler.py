@@ -65,6 +65,7 @@ from adapters.teams.sender import TeamsSender
 from adapters.teams.streaming import TeamsStreams
 from bot.agent import WORKING, tell
 from bot.attachments import files_not_read
+from bot.audience import MemberLists, PlaceNow
 from bot.cards import CardView, ClickedCard
 from bot.clicks import click_notice
 from bot.errors import RemoteError
@@ -226,7 +227,7 @@ class TeamsBot:
         self.options = options or TeamsOptions()
         self._tasks = BackgroundTasks("Teams")
         self._profiles: ExpiringCache[tuple[str, str], Json] = ExpiringCache(self.options.profile_ttl_s)
-        self._rosters: ExpiringCache[tuple[str, str], tuple[UserRef, ...]] = ExpiringCache(self.options.members_ttl_s)
+        self._rosters = MemberLists(self.options.members_ttl_s)  # dropped when someone joins (membersAdded)
         self._names: ExpiringCache[str, str] = ExpiringCache(self.options.profile_ttl_s)  # AAD id -> name
         self._answers = _Answers(self.options.answer_ttl_s)
         self._results = _Results(self.options.answer_ttl_s)
@@ -256,10 +257,13 @@ class TeamsBot:
             log.info("teams: activity %s was delivered before; not run again", activity.get("id"))
 
     async def on_members_added(self, activity: Activity) -> None:
-        """Welcome a user who installs the bot in personal chat; channel installs stay quiet."""
+        """Welcome a user who installs the bot in personal chat; channel installs stay quiet. Someone added
+        to a team, channel or group chat drops its cached roster: the next answer there is built for them too."""
         bot_id = (activity.get("recipient") or {}).get("id")
         added = {str(member.get("id")) for member in activity.get("membersAdded") or []}
         personal = (activity.get("conversation") or {}).get("conversationType") == "personal"
+        for place in _roster_places(activity):
+            self._rosters.joined(place)
         if bot_id not in added or not personal:
             return
         if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
@@ -283,8 +287,9 @@ class TeamsBot:
             return await self._feedback(user_of(activity, self.options.groups), data)
         if verb == cards.HANDOFF:
             if not await self._accept(activity, HANDOFF):
-                log.info("teams: handoff invoke %s was delivered before; the case is already on its way",
-                         activity.get("id"))
+                log.info(
+                    "teams: handoff invoke %s was delivered before; the case is already on its way", activity.get("id")
+                )
             return cards.invoke_card(cards.notice_card(cards.HANDOFF_STARTED))
         return cards.invoke_card(cards.notice_card(NO_LONGER))
 
@@ -330,8 +335,9 @@ class TeamsBot:
             if inbound.shared and self.options.members_cap is not None:
                 inbound = replace(inbound, members=await self._place_members(activity, reference))
             if not inbound.text:
-                await self._notice(activity, user, files_not_read(inbound.files, question=False) if inbound.files
-                                   else cards.EMPTY_TEXT)
+                await self._notice(
+                    activity, user, files_not_read(inbound.files, question=False) if inbound.files else cards.EMPTY_TEXT
+                )
                 return
             await self._run(inbound, reference, personal=personal)  # the reply goes out through the outbox
         finally:
@@ -375,8 +381,15 @@ class TeamsBot:
                 await posted.show(content, working=working)
 
             decided = await self.service.click(
-                pending_id, user, choice, args_hash, address=address_of(activity, user), who=who, show=show,
+                pending_id,
+                user,
+                choice,
+                args_hash,
+                address=address_of(activity, user),
+                who=who,
+                show=show,
                 card=_clicked(activity, data or {}),
+                place=self._place_now(activity),
             )
         except Exception:
             if answer is not None and answer.waiting:  # nothing shown yet: the card stays, the work is retried
@@ -530,8 +543,9 @@ class TeamsBot:
             return await asyncio.wait_for(asyncio.shield(lookup), wait)
         except TimeoutError:
             fallback = user_of(activity, self.options.groups)
-            log.warning("teams: roster lookup for %s took over %.1f s; deciding with the activity's identity",
-                        fallback.id, wait)
+            log.warning(
+                "teams: roster lookup for %s took over %.1f s; deciding with the activity's identity", fallback.id, wait
+            )
             return replace(fallback, is_guest=True)
 
     async def _user(self, activity: Activity, reference: Json) -> UserRef:
@@ -549,12 +563,24 @@ class TeamsBot:
 
     async def _place_members(self, activity: Activity, reference: Json) -> tuple[UserRef, ...] | None:
         """Everyone who reads this channel or group chat, with groups; None (public documents) when the
-        roster cannot be read whole or is longer than the cap. Cached a while per conversation."""
+        roster cannot be read whole or is longer than the cap. Cached a while per conversation, until
+        someone joins it (or, for a channel, its team)."""
         conversation = dict(reference.get("conversation") or {})
         conversation["id"] = str(conversation.get("id", "")).partition(THREAD_MARKER)[0]
-        key = (tenant_of(activity), conversation["id"])
-        return await self._rosters.get_or_load(key, lambda: self._roster({**reference, "conversation": conversation},
-                                                                         activity))
+        key, *team = _roster_places(activity)
+        return await self._rosters.of(
+            key,
+            lambda: self._roster({**reference, "conversation": conversation}, activity),
+            within=team[0] if team else None,
+        )
+
+    def _place_now(self, activity: Activity) -> PlaceNow:
+        """Who reads a clicked card's conversation: its roster is read again (through the cache a join
+        drops) when the run goes on, as for a question there."""
+        shared = conversation_type(activity) != "personal"
+        if not shared or self.options.members_cap is None:
+            return PlaceNow(shared)
+        return PlaceNow(shared, lambda: self._place_members(activity, reference_of(activity)))
 
     async def _roster(self, reference: Json, activity: Activity) -> tuple[UserRef, ...] | None:
         bot_id = str((activity.get("recipient") or {}).get("id") or "")
@@ -586,6 +612,15 @@ class TeamsBot:
         await self._tasks.drain(self.options.drain_s)
 
 
+def _roster_places(activity: Activity) -> list[tuple[str, str]]:
+    """The roster cache's keys for an activity's conversation: the conversation (without its thread), then
+    its team when it is a team's channel (a member added to the team reads every channel of it)."""
+    conversation = str((activity.get("conversation") or {}).get("id") or "").partition(THREAD_MARKER)[0]
+    team = str(((activity.get("channelData") or {}).get("team") or {}).get("id") or "")
+    tenant = tenant_of(activity)
+    return [(tenant, conversation), *([(tenant, f"team:{team}")] if team else [])]
+
+
 def _clicked(activity: Activity, data: Json) -> ClickedCard:
     """The card a Confirm / Cancel invoke came from: the card id its data carries, the message it is in.
 
@@ -595,8 +630,9 @@ def _clicked(activity: Activity, data: Json) -> ClickedCard:
     card = data.get("card_id")
     message = activity.get("replyToId")
     channel = str((activity.get("conversation") or {}).get("id") or "").partition(THREAD_MARKER)[0]
-    return ClickedCard(str(card) if card is not None else None, (channel, str(message)) if message else None,
-                       _card_location)
+    return ClickedCard(
+        str(card) if card is not None else None, (channel, str(message)) if message else None, _card_location
+    )
 
 
 def _card_location(posted: Json) -> tuple[str, str] | None:

@@ -7,25 +7,42 @@ groups each run searched with and where each reply was posted.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters.slack.blocks import CONFIRM
 from bot.replies import PRIVATE_PART
 from bot.service import PRIVATE_PART_SENT
 from retrieval import Passage
-from tests.adapters.slack.test_app import running_slack, search
-from tests.fakes.openai_server import FakeOpenAI, text
+from tests.adapters.slack.test_app import SlackRig, running_slack, search
+from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
 from tests.fakes.slack_api import event_envelope, mention_event
+from tests.scenarios.test_slack_ticket import TICKET, button, stored_where_posted
 
 HANA, HUGO, BOB = "U_HANA", "U_HUGO", "U_BOB"
 GROUPS = json.dumps({"hana@example.com": ["hr"], "hugo@example.com": ["hr"]})
-PUBLIC = Passage(0.9, "leave", "Leave Policy", "Team changes", "/policies/leave.md",
-                 "Team changes are announced on the intranet.", audience=("all",))
-HR_ONLY = Passage(0.8, "reorg", "Reorg Plan", "Team changes", "/policies/reorg.md",
-                  "Finance and facilities merge into one Operations team.", audience=("hr",))
+PUBLIC = Passage(
+    0.9,
+    "leave",
+    "Leave Policy",
+    "Team changes",
+    "/policies/leave.md",
+    "Team changes are announced on the intranet.",
+    audience=("all",),
+)
+HR_ONLY = Passage(
+    0.8,
+    "reorg",
+    "Reorg Plan",
+    "Team changes",
+    "/policies/reorg.md",
+    "Finance and facilities merge into one Operations team.",
+    audience=("hr",),
+)
 
 
 class AudienceSearcher:
@@ -40,8 +57,9 @@ class AudienceSearcher:
         return [PUBLIC, HR_ONLY] if "hr" in groups else [PUBLIC]
 
 
-async def rig(tmp_path: Path, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, searcher: AudienceSearcher,
-              **settings: Any) -> Any:
+async def rig(
+    tmp_path: Path, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, searcher: AudienceSearcher, **settings: Any
+) -> Any:
     started = running_slack(tmp_path, model, monkeypatch, searcher, user_groups=GROUPS, **settings)
     slack = await anext(started)
     for user_id, name in ((HANA, "hana"), (HUGO, "hugo"), (BOB, "bob")):
@@ -54,8 +72,10 @@ async def test_an_hr_mention_in_a_channel_answers_publicly_there_and_privately_i
 ) -> None:
     searcher = AudienceSearcher()
     fake_openai.script(
-        search(), text("Announced on the intranet [Leave Policy › Team changes]."),
-        search(), text("They merge into one Operations team [Reorg Plan › Team changes]."),
+        search(),
+        text("Announced on the intranet [Leave Policy › Team changes]."),
+        search(),
+        text("They merge into one Operations team [Reorg Plan › Team changes]."),
     )
     started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher)
     try:
@@ -94,10 +114,13 @@ async def test_the_private_part_in_her_dm_is_slack_formatting_not_raw_markdown(
 ) -> None:
     """The private part is the model's Markdown: Slack shows ``**``, ``[label](url)`` and ``##`` literally."""
     searcher = AudienceSearcher()
-    private = ("## Plan\n**Finance and facilities** merge into [one team](https://intranet.example.com/reorg) "
-               "in <Q3> & Q4 [Reorg Plan › Team changes].")
-    fake_openai.script(search(), text("Announced on the intranet [Leave Policy › Team changes]."), search(),
-                       text(private))
+    private = (
+        "## Plan\n**Finance and facilities** merge into [one team](https://intranet.example.com/reorg) "
+        "in <Q3> & Q4 [Reorg Plan › Team changes]."
+    )
+    fake_openai.script(
+        search(), text("Announced on the intranet [Leave Policy › Team changes]."), search(), text(private)
+    )
     started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher)
     try:
         await slack.send(event_envelope(mention_event(HANA, "<@UBOT> what team changes are planned?")))
@@ -109,3 +132,86 @@ async def test_the_private_part_in_her_dm_is_slack_formatting_not_raw_markdown(
     assert "*Plan*\n*Finance and facilities* merge" in shown and "**" not in shown and "##" not in shown
     assert "<https://intranet.example.com/reorg|one team>" in shown and "](" not in shown
     assert "&lt;Q3&gt; &amp; Q4" in shown  # never read as a link or markup
+
+
+async def joins(slack: SlackRig, user: str, channel: str) -> None:
+    """``user`` joins ``channel``: Slack's member list has them, and its member_joined_channel event is worked on."""
+    slack.slack.members[channel].append(user)
+    envelope = event_envelope(
+        {
+            "type": "member_joined_channel",
+            "user": user,
+            "channel": channel,
+            "channel_type": "C",
+            "team": "T0TEAM",
+            "inviter": HANA,
+            "event_ts": "1700000500.000100",
+        }
+    )
+    status, _, _ = await slack.send(envelope)
+    assert status == 200
+    for _ in range(500):
+        item = await slack.service.store.inbox.get(f"slack:{envelope['event_id']}")
+        if item is not None and item.state == "done":
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the member_joined_channel event was never worked on")
+
+
+async def test_with_members_audience_someone_who_joined_the_channel_reads_the_next_answer_there(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    fake_openai.script(
+        search(),
+        text("They merge into one Operations team [Reorg Plan › Team changes]."),  # only HR people there
+        search(),
+        text("Announced on the intranet [Leave Policy › Team changes]."),  # Bob has joined
+        search(),
+        text("They merge into one Operations team [Reorg Plan › Team changes]."),  # Hana's private part
+    )
+    started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
+    slack.slack.members = {"C_HR": [HANA, HUGO, slack.slack.bot_user_id]}
+    try:
+        await slack.send(event_envelope(mention_event(HANA, "<@UBOT> what team changes are planned?", channel="C_HR")))
+        await slack.replies(1)
+        await joins(slack, BOB, "C_HR")
+        await slack.send(event_envelope(mention_event(HANA, "<@UBOT> and now?", channel="C_HR")))
+        posted = await slack.replies(3)
+    finally:
+        await anext(started, None)
+    assert searcher.searched_with == [("all", "hr"), ("all",), ("all", "hr")]  # the second thread's, then hers
+    assert len(slack.slack.calls_to("conversations.members")) == 2  # read again after the join, not from the cache
+    (thread_reply,) = [reply for reply in posted[1:] if reply["channel"] == "C_HR"]
+    assert "Operations" not in thread_reply.block_text and PRIVATE_PART_SENT in thread_reply.block_text
+
+
+async def test_a_ticket_confirmed_after_someone_joined_the_channel_is_answered_for_them_too(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    fake_openai.script(
+        search(),
+        tool_calls(("create_it_ticket", TICKET), content="I can raise a ticket for this. Please confirm."),
+        search(),
+        text("Your ticket is open; changes are announced on the intranet [Leave Policy › Team changes]."),
+    )
+    started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
+    slack.slack.members = {"C_HR": [HANA, HUGO, slack.slack.bot_user_id]}
+    try:
+        event = mention_event(HANA, "<@UBOT> what team changes are planned? my VPN fails too", channel="C_HR")
+        await slack.send(event_envelope(event))
+        (card,) = await slack.replies(1)
+        await stored_where_posted(slack)
+        await joins(slack, BOB, "C_HR")
+        status, _, _ = await slack.click(
+            HANA, CONFIRM, button(card, CONFIRM), channel="C_HR", message_ts=card.answer["ts"], thread_ts=event["ts"]
+        )
+        _, reply = await slack.replies(2)
+    finally:
+        await anext(started, None)
+    assert status == 200
+    assert searcher.searched_with == [("all", "hr"), ("all",)]  # the card's run, then the run after the click
+    after_the_click = json.dumps(fake_openai.requests[2].messages)
+    assert "Operations" in json.dumps(fake_openai.requests[1].messages) and "Operations" not in after_the_click
+    assert reply["thread_ts"] == event["ts"] and "Your ticket is open" in reply.block_text

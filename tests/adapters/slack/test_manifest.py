@@ -52,6 +52,8 @@ EVENT_SUBSCRIPTIONS = {
     "assistant_thread_started": ("assistant_thread_started", "assistant:write"),
     "assistant_thread_context_changed": ("assistant_thread_context_changed", "assistant:write"),
     "agent_session_stopped": ("agent_session_stopped", "assistant:write"),  # the stop button: cancel the run
+    # Someone joined a channel: its cached member list is dropped (groups:read brings private channels' too)
+    "member_joined_channel": ("member_joined_channel", "channels:read"),
 }
 
 

@@ -16,16 +16,20 @@ import pytest
 
 from bot.service import PRIVATE_PART_SENT
 from tests.adapters.slack.test_audience import AudienceSearcher
-from tests.adapters.teams.test_app import Teams, running_teams
-from tests.fakes.bot_connector import ALICE
+from tests.adapters.teams.test_app import TICKET, Teams, running_teams
+from tests.fakes.bot_connector import ALICE, CHANNEL, TENANT
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
+from tests.scenarios.test_teams_ticket import card_in_channel, click
 
 HR_EVERYONE = json.dumps({"alice@contoso.example": ["hr"], "bob@contoso.example": ["hr"], "aad-gwen": ["hr"]})
 HR_BUT_GWEN = json.dumps({"alice@contoso.example": ["hr"], "bob@contoso.example": ["hr"]})
+DAVE = {"id": "29:dave", "name": "Dave Example", "aadObjectId": "aad-dave"}  # in no group: public documents only
+TEAM = "19:team@thread.tacv2"
 
 
-async def started(tmp_path: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, searcher: AudienceSearcher,
-                  **settings: Any) -> AsyncIterator[Teams]:
+async def started(
+    tmp_path: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, searcher: AudienceSearcher, **settings: Any
+) -> AsyncIterator[Teams]:
     async for harness in running_teams(tmp_path, fake, searcher, monkeypatch, **settings):
         yield harness
 
@@ -53,13 +57,18 @@ async def ask_in_channel(harness: Teams) -> str:
     ],
 )
 async def test_with_members_audience_a_channel_answer_uses_what_every_member_may_read(
-    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, groups: str,
-    searched: list[tuple[str, ...]], says_sent_privately: bool,
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    groups: str,
+    searched: list[tuple[str, ...]],
+    says_sent_privately: bool,
 ) -> None:
     searcher = AudienceSearcher()
     script(fake_openai, "They merge [Reorg Plan › Team changes].", "They merge [Reorg Plan › Team changes].")
-    async for harness in started(tmp_path, fake_openai, monkeypatch, searcher, user_groups=groups,
-                                 shared_audience="members"):
+    async for harness in started(
+        tmp_path, fake_openai, monkeypatch, searcher, user_groups=groups, shared_audience="members"
+    ):
         said = await ask_in_channel(harness)
         roster_reads = [member for _, member in harness.channel.member_lookups if member == "*"]
     assert roster_reads == ["*"]  # read once: Alice, Bob and Gwen, the channel's readers
@@ -71,11 +80,76 @@ async def test_by_default_a_channel_answer_uses_public_documents_and_sends_the_r
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     searcher = AudienceSearcher()
-    script(fake_openai, "Announced on the intranet [Leave Policy › Team changes].",
-           "They merge [Reorg Plan › Team changes].")
+    script(
+        fake_openai,
+        "Announced on the intranet [Leave Policy › Team changes].",
+        "They merge [Reorg Plan › Team changes].",
+    )
     async for harness in started(tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE):
         said = await ask_in_channel(harness)
         lookups = list(harness.channel.member_lookups)
     assert searcher.searched_with == [("all",), ("all", "hr")]
     assert PRIVATE_PART_SENT in said and "merge" not in said  # the HR part went to her personal chat
     assert all(member != "*" for _, member in lookups)  # the roster is only read when members decide
+
+
+async def dave_joins_the_team(harness: Teams) -> None:
+    """Dave is added to the channel's team: its roster has him, and Teams says so (conversationUpdate, in the
+    team's General channel, whose id is the team's: not the channel the questions are asked in)."""
+    harness.channel.roster[DAVE["id"]] = {**DAVE, "email": "dave@contoso.example", "userRole": "user"}
+    activity = harness.channel.activity(
+        {"id": TEAM, "conversationType": "channel"}, ALICE, type="conversationUpdate", membersAdded=[{"id": DAVE["id"]}]
+    )
+    activity["channelData"].update({"eventType": "teamMemberAdded", "team": {"id": TEAM}, "tenant": {"id": TENANT}})
+    status, _ = await harness.post(activity)
+    assert status in (200, 201)
+
+
+async def test_with_members_audience_someone_added_to_the_team_reads_the_next_channel_answer(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    script(
+        fake_openai,
+        "They merge [Reorg Plan › Team changes].",  # Alice, Bob and Gwen: all in HR
+        "Announced on the intranet [Leave Policy › Team changes].",  # Dave has joined
+        "They merge [Reorg Plan › Team changes].",
+    )  # Alice's private part
+    async for harness in started(
+        tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE, shared_audience="members"
+    ):
+        await ask_in_channel(harness)
+        await dave_joins_the_team(harness)
+        await harness.post(harness.channel.channel_message("and now?", sender=ALICE))
+        await harness.reply(count=3)  # the thread's answer and, in her personal chat, the HR part
+        await harness.settle()
+        in_channel = [m for m in harness.channel.messages() if m.conversation_id.startswith(CHANNEL)]
+        roster_reads = [member for _, member in harness.channel.member_lookups if member == "*"]
+    assert searcher.searched_with == [("all", "hr"), ("all",), ("all", "hr")]
+    assert roster_reads == ["*", "*"]  # read again after the join, not from the cache
+    said = json.dumps(in_channel[-1].json)
+    assert len(in_channel) == 2 and PRIVATE_PART_SENT in said and "merge" not in said
+
+
+async def test_a_ticket_confirmed_after_someone_joined_the_team_is_answered_for_them_too(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    fake_openai.script(
+        tool_calls(("search_policies", {"query": "team changes"})),
+        tool_calls(("create_it_ticket", TICKET), content="I can raise a ticket for this. Please confirm."),
+        tool_calls(("search_policies", {"query": "team changes"})),  # after the click
+        text("Your ticket is open; changes are announced on the intranet [Leave Policy › Team changes]."),
+    )
+    async for harness in started(
+        tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE, shared_audience="members"
+    ):
+        posted, card = await card_in_channel(harness)
+        await dave_joins_the_team(harness)
+        await click(harness, posted, "confirm", card)
+        reply = await harness.reply(count=2)
+        await harness.settle()
+    assert searcher.searched_with == [("all", "hr"), ("all",)]  # the card's run, then the run after the click
+    after_the_click = json.dumps(fake_openai.requests[2].messages)
+    assert "Operations" in json.dumps(fake_openai.requests[1].messages) and "Operations" not in after_the_click
+    assert "Your ticket is open" in reply.text
