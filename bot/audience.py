@@ -13,7 +13,6 @@ lists a while (``MemberLists``) and drop a place's list when someone joins it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.identity import EVERYONE
+from bot.runtime import ExpiringCache
 from bot.types import Inbound, UserRef
 
 log = logging.getLogger(__name__)
@@ -110,13 +110,6 @@ class PlaceNow:
         return audience_of(requester, shared=self.shared, members=members)
 
 
-@dataclass
-class _Listed:
-    members: Members
-    expires: float
-    within: Hashable | None
-
-
 class MemberLists:
     """Each place's member list, cached ``ttl_s``; someone joining a place makes its next read fresh.
 
@@ -128,50 +121,20 @@ class MemberLists:
     """
 
     def __init__(self, ttl_s: float, max_places: int = 1_000, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl_s = ttl_s
+        self._lists: ExpiringCache[Hashable, Members] = ExpiringCache(ttl_s, max_places, clock)
+        self._within: OrderedDict[Hashable, Hashable | None] = OrderedDict()  # place -> the larger place
         self._max_places = max_places
-        self._clock = clock
-        self._lists: OrderedDict[Hashable, _Listed] = OrderedDict()
-        self._loading: dict[Hashable, tuple[asyncio.Future[Members | None], Hashable | None]] = {}
-        self._joins = 0  # joins seen so far: a read that overlapped one is not kept
 
     async def of(self, place: Hashable, load: MembersNow, *, within: Hashable | None = None) -> Members | None:
         """``place``'s members, cached or read by ``load`` (concurrent callers share one read)."""
-        listed = self._lists.get(place)
-        if listed is not None and listed.expires > self._clock():
-            return listed.members
-        if (under_way := self._loading.get(place)) is not None:
-            return await asyncio.shield(under_way[0])
-        future: asyncio.Future[Members | None] = asyncio.get_running_loop().create_future()
-        self._loading[place] = (future, within)
-        joins = self._joins
-        try:
-            members = await load()
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except Exception as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters re-raise it, and asyncio does not warn when there are none
-            raise
-        finally:
-            if (entry := self._loading.get(place)) is not None and entry[0] is future:
-                del self._loading[place]
-        if members is not None and joins == self._joins:
-            self._keep(place, members, within)
-        future.set_result(members)
-        return members
+        self._within[place] = within
+        self._within.move_to_end(place)
+        while len(self._within) > self._max_places:
+            self._within.popitem(last=False)
+        return await self._lists.get_or_load(place, load)
 
     def joined(self, place: Hashable) -> None:
         """Someone joined ``place``: its list, and those of the places within it, are read afresh next time."""
-        self._joins += 1
-        for key in [key for key, listed in self._lists.items() if place in (key, listed.within)]:
-            del self._lists[key]
-        for key in [key for key, (_, within) in self._loading.items() if place in (key, within)]:
-            del self._loading[key]  # its callers still get it; later ones start their own read
-
-    def _keep(self, place: Hashable, members: Members, within: Hashable | None) -> None:
-        self._lists[place] = _Listed(members, self._clock() + self._ttl_s, within)
-        self._lists.move_to_end(place)
-        while len(self._lists) > self._max_places:
-            self._lists.popitem(last=False)
+        for key in [key for key, larger in self._within.items() if place in (key, larger)]:
+            self._lists.forget(key)
+        self._lists.forget(place)

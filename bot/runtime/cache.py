@@ -38,6 +38,12 @@ class ExpiringCache(Generic[K, V]):
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
+    def forget(self, key: K) -> None:
+        """Drop ``key``'s value and any load of it under way: that load's callers still get its result,
+        but it is not kept and later callers start their own (what it read may already be stale)."""
+        self._entries.pop(key, None)
+        self._loading.pop(key, None)
+
     async def get_or_load(self, key: K, load: Callable[[], Awaitable[V | None]]) -> V | None:
         """The cached value, or ``load()``'s (cached unless None); callers of a key being loaded wait for it."""
         if (cached := self.get(key)) is not None:
@@ -56,8 +62,10 @@ class ExpiringCache(Generic[K, V]):
             future.exception()  # retrieved here: waiters re-raise it, and asyncio does not warn when there are none
             raise
         finally:
-            del self._loading[key]
-        if value is not None:
+            still_wanted = self._loading.get(key) is future  # not forgotten meanwhile
+            if still_wanted:
+                del self._loading[key]
+        if value is not None and still_wanted:
             self.put(key, value)
         future.set_result(value)
         return value
