@@ -25,7 +25,6 @@ from bot.agent import (
     WORKING,
     AgentDeps,
     DecidedWrite,
-    PendingTurn,
     Progress,
     ProposedWrite,
     RunResult,
@@ -886,17 +885,7 @@ def _for_readers(state: RunState, readers: Audience) -> RunState:
         state.run_id,
         readers.label(),
     )
-    pending = state.pending_turn
-    system = [message for message in state.messages[:1] if message.get("role") == "system"]
-    proposal = dict(state.messages[-1])
-    proposal["tool_calls"] = [call for call in proposal.get("tool_calls") or () if call.get("id") == pending.call_id]
-    state.messages = [*system, state.messages[state.question_index], proposal]
-    state.question_index = len(system)
-    state.pending_turn = PendingTurn(pending.call_id, {})
-    written = {str((call.get("function") or {}).get("name")) for call in proposal["tool_calls"]}
-    state.seen_calls = {key for key in state.seen_calls if key.partition(":")[0] in written}  # searches may run again
-    state.sources = {cite: source for cite, source in state.sources.items() if readers.can_see(source.audience)}
-    state.audience = readers.groups
+    state.restart_from_decision(readers.groups, lambda source: readers.can_see(source.audience))
     return state
 
 

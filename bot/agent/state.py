@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bot.agent.budget import Spent
+from bot.agent.canonical import canonical_json
 from bot.errors import StateVersionError
 from bot.identity import EVERYONE
 from bot.types import Citation, Message, UserRef
@@ -21,6 +22,15 @@ def cited_in(text: str, sources: Mapping[str, Citation]) -> tuple[Citation, ...]
     codes, not the parent section as well."""
     cited = (c for cite, c in sources.items() if re.search(re.escape(cite) + r"(?!\s*›)", text))
     return tuple(dict.fromkeys(cited))
+
+
+def call_key(tool_name: str, arguments: Mapping[str, Any]) -> str:
+    """What the exact-repeat guard remembers of a call made: its tool and canonical arguments."""
+    return f"{tool_name}:{canonical_json(arguments)}"
+
+
+def _tool_of(key: str) -> str:
+    return key.partition(":")[0]
 
 
 @dataclass
@@ -103,6 +113,27 @@ class RunState:
             pending_turn=PendingTurn(**pending) if pending else None,
             audience=tuple(data.get("audience") or (EVERYONE,)),  # saved before audiences: public only
         )
+
+    def restart_from_decision(self, audience: tuple[str, ...], may_see: Callable[[Citation], bool]) -> None:
+        """Keep only the system prompt, the question and the decided call, for new readers.
+
+        What the run read before its card (thread history, search results, a summary of them) may be
+        what the new readers may not read; the card's own call is already in their place. Searches may
+        run again (the repeat guard forgets them); the decided write may not.
+        """
+        if self.pending_turn is None:
+            raise ValueError(f"run {self.run_id} is not waiting for a decision")
+        call_id = self.pending_turn.call_id
+        system = [message for message in self.messages[:1] if message.get("role") == "system"]
+        proposal = dict(self.messages[-1])
+        proposal["tool_calls"] = [call for call in proposal.get("tool_calls") or () if call.get("id") == call_id]
+        self.messages = [*system, self.messages[self.question_index], proposal]
+        self.question_index = len(system)
+        self.pending_turn = PendingTurn(call_id, {})
+        written = {str((call.get("function") or {}).get("name")) for call in proposal["tool_calls"]}
+        self.seen_calls = {key for key in self.seen_calls if _tool_of(key) in written}
+        self.sources = {cite: source for cite, source in self.sources.items() if may_see(source)}
+        self.audience = audience
 
     def resume_with(self, call_id: str, content: str) -> None:
         """Give the decided call its result and append the whole turn's results in call order."""

@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.agent.canonical import canonical_json, to_json
-from bot.agent.state import RunState
+from bot.agent.canonical import to_json
+from bot.agent.state import RunState, call_key
 from bot.agent.tools import Consequence, Tool, ToolContext, ToolRegistry
 from bot.agent.trace import RunTrace, Step, Stopwatch
 from bot.errors import ToolRefusal
@@ -166,7 +166,7 @@ def _admit(
         turn.denied_write = turn.denied_write or checked.denied_write
         return checked
     tool, arguments = checked
-    key = f"{tool.name}:{canonical_json(arguments)}"
+    key = call_key(tool.name, arguments)
     if key in state.seen_calls:
         turn.repeats += 1
         return _Refused(_error(REPEATED_CALL.format(name=tool.name)), REPEAT)

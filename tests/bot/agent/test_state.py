@@ -3,7 +3,7 @@ import json
 import pytest
 
 from bot.agent import Spent
-from bot.agent.state import STATE_VERSION, PendingTurn, RunState
+from bot.agent.state import STATE_VERSION, PendingTurn, RunState, call_key
 from bot.errors import StateVersionError
 from bot.types import Citation, UserRef
 
@@ -48,3 +48,31 @@ def test_resuming_appends_every_result_of_the_interrupted_turn_in_call_order():
     assert state.pending_turn is None
     with pytest.raises(ValueError):
         state.resume_with("b", "again")
+
+
+def test_restarting_from_a_decision_keeps_the_question_and_the_decided_call_only():
+    state = _state()
+    state.messages.insert(0, {"role": "system", "content": "prompt"})
+    state.messages.insert(1, {"role": "user", "content": "earlier thread message"})
+    state.question_index = 2
+    state.messages.insert(3, {"role": "tool", "tool_call_id": "x", "content": "a restricted passage"})
+    state.seen_calls = {call_key("s", {"query": "vpn"}), call_key("w", {"summary": "VPN down"})}
+    state.sources["HR › Pay"] = Citation("HR", "Pay", "hr.md", audience=("hr",))
+
+    state.restart_from_decision(("all",), lambda source: not source.audience)
+
+    assert [m.get("content") for m in state.messages[:2]] == ["prompt", "q"]
+    assert [c["id"] for c in state.messages[2]["tool_calls"]] == ["b"]  # the other call's result was read
+    assert state.question == "q" and state.question_index == 1
+    assert state.pending_turn == PendingTurn("b", {})
+    assert state.seen_calls == {call_key("w", {"summary": "VPN down"})}  # searches may run again
+    assert list(state.sources) == ["T › H"] and state.audience == ("all",)
+    state.resume_with("b", '{"status": "created"}')
+    assert [m.get("tool_call_id") for m in state.messages[-1:]] == ["b"]
+
+
+def test_restarting_a_run_that_waits_for_nothing_is_an_error():
+    state = _state()
+    state.pending_turn = None
+    with pytest.raises(ValueError, match="not waiting"):
+        state.restart_from_decision(("all",), lambda source: True)
