@@ -2,17 +2,18 @@
 
 Two nets: the exact values of every secret PolicyPal was configured with, and the shapes of common
 credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` headers of any scheme with every
-parameter of Digest's, ``Cookie:`` headers and curl's ``-b``/``-u``, passwords in URLs, storage keys and signatures
-in connection strings and signed URLs, JWTs, private keys, ``password=...``), so a token a user pasted into a
-question is caught too. Mapping keys that name a secret have every string inside their value replaced, however
-deep; numbers stay (they are counts such as ``tokens`` or rules such as ``password_min_length``).
+parameter of Digest's, ``Cookie:`` headers and curl's ``-b``/``-u``, mysql's ``-pSECRET``, API Management's
+subscription key, passwords in URLs, storage keys and signatures in connection strings and signed URLs, JWTs,
+private keys, ``password=...``), so a token a user pasted into a question is caught too. Mapping keys that name
+a secret have every string inside their value replaced, however deep; numbers stay (they are counts such as
+``tokens`` or rules such as ``password_min_length``).
 
 After ``password:`` or ``passphrase:`` (or a spaced ``password = ``) the value goes up to the end of its
 line, a closing quote, or a sentence end (``.``, ``!`` or ``?`` then a space; the mark goes with it): a
 passphrase is several words ("correct horse battery staple"), and an apostrophe inside a word ("don't")
 does not end it. An unspaced ``DB_PASSWORD=x`` is a shell word: only ``x`` goes. After any other
-``api_key=...`` the value goes. After ``Authorization: Bearer`` (or another known scheme) the credential goes
-whatever it looks like.
+``api_key=...`` the value goes; a PIN read out in groups ("pin: 42 17") goes whole, not its first group only.
+After ``Authorization: Bearer`` (or another known scheme) the credential goes whatever it looks like.
 
 A bare label may head a field of a policy ("Password: at least 14 characters, changed every 90 days"), so a
 value that reads as a rule stays: several words, opening with a word of rules or a count ("14"), holding two
@@ -59,6 +60,8 @@ _SECRET_NAME = (
     rf"(?:{_PASSWORD_NAME}|(?:[a-z0-9]+[_.-])*"
     r"(?:pin|secret[_ -]?(?:access[_ -]?)?key|secret|client[_ -]?secret|api[_ -]?key|access[_ -]?token|token))"
 )
+# Groups of digits, as a PIN is read out ("42 17"), up to a space, a mark or a quote: not "4217 9921abc".
+_DIGIT_GROUPS = r"\d+(?:[ \t]+\d+)+(?![^\s.,;:!?)\]\"'`])"
 # A few words saying what the secret opens, before "is": "password for the Okta portal is".
 _OPENS = r"(?:\s+(?:for|on|to|of|at)(?:\s+(?!is\b)[\w.@'-]+){1,3})?"
 
@@ -82,6 +85,9 @@ _PATTERNS = [
     re.compile(r"\bAIza[0-9A-Za-z_-]{35}"),  # Google API key
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key id, long-lived or temporary
     re.compile(r"\bATATT[A-Za-z0-9_=-]{16,}"),  # Atlassian API token
+    re.compile(r"\bSG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{32,}"),  # SendGrid: "SG.", a 22-char id, a 43-char secret
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),  # Hugging Face
+    re.compile(r"\bglsa_[A-Za-z0-9]{24,}_[A-Fa-f0-9]{8,}"),  # Grafana service account: 32 alphanumerics, "_", 8 hex
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}"),
 ]
@@ -89,10 +95,25 @@ _PATTERNS = [
 # the last "@" before the path, so one holding an unencoded "@" (p@ss) goes whole. A scheme is read from its
 # first character only, as a name is (_NAME_START).
 _URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://[^\s:/@]*):([^\s/?#]+)@")
-# Azure's AccountKey= and SharedAccessKey=, a SAS URL's sig=, a presigned URL's signature: each is the key.
+# Azure's AccountKey= and SharedAccessKey=, a SAS URL's sig=, a presigned URL's signature, API Management's
+# ?subscription-key=: each is the key.
 _SIGNED = re.compile(
-    r"(?i)(?<![a-z0-9-])((?:AccountKey|SharedAccessKey|sig|X-Amz-Signature|X-Goog-Signature)=)([^\s;&\"'<>]+)"
+    r"(?i)(?<![a-z0-9-])"
+    r"((?:AccountKey|SharedAccessKey|sig|X-Amz-Signature|X-Goog-Signature|subscription-key)=)([^\s;&\"'<>]+)"
 )
+# Azure API Management's key header, as a header, curl's -H, or a JSON key (escaped too, inside a JSON string).
+# The key goes if it looks like one: "Ocp-Apim-Subscription-Key: required" is a line of API docs.
+_APIM_KEY = re.compile(r"(?i)\b(ocp-apim-subscription-key(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?)([^\s\"'\\,;]+)")
+# A mysql or mariadb command (mysqldump, mysqladmin, ...) up to the end of its line or of its shell command,
+# quoted arguments and "\" line continuations included; its -p option then holds the password glued to it
+# ("-pSECRET"). A lone "-p" prompts for it, and "-P 3306" is the port. Read to its end in one go: the options
+# are found inside it, so no command is scanned again from each later word.
+_MYSQL_COMMAND = re.compile(
+    r"(?<![\w-])(?:mysql|mariadb)[\w-]*[ \t](?:'[^'\r\n]*'|\"[^\"\r\n]*\"|\\(?:\r?\n|[^\r\n])|[^\r\n;&|'\"\\])*"
+)
+# "-pSECRET", "-p'pass word'": the option kept, the password (one shell word) dropped; "-p," and "-p." end a
+# sentence.
+_MYSQL_PASSWORD = re.compile(r"(?<!\S)(-p)((?![.,;:!?)]*(?:\s|$))(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"`])+)")
 # "Cookie: sid=x; csrf=y" and "Set-Cookie: ...": the value is the session, up to the end of line or a quote.
 _COOKIE = re.compile(r"(?i)\b((?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)([^\s=;,\"']{1,128}=[^\r\n\"']*)")
 # curl's "-b 'sid=abc; csrf=x'" and "--cookie sid=abc": the value is the session. Without an "=" the argument
@@ -138,14 +159,17 @@ _VALUE_ON_NEXT_LINE = re.compile(
 # may carry a prefix, as environment variables do (DB_PASSWORD=x, OPENAI_API_KEY=x), and a closing quote,
 # as JSON does ("password": "x"); "is" may follow a few words saying what it opens ("password for wifi is x").
 # "is:" ending its line is _VALUE_ON_NEXT_LINE's: the first word there may be a fence or a quote's mark.
+# A PIN read out in groups ("pin: 42 17", "my PIN is 4217 9921") is one value: every group goes.
 _ASSIGNMENTS = re.compile(
     rf"(?i){_NAME_START}({_SECRET_NAME})"
-    rf"([\"']?[ \t]*[:=][ \t]*|{_OPENS}\s+is(?:[ \t]*[:=][ \t]*|\s+)|\s+[-–—]\s+)(\"[^\"]*\"|'[^']*'|\S+)"
+    rf"([\"']?[ \t]*[:=][ \t]*|{_OPENS}\s+is(?:[ \t]*[:=][ \t]*|\s+)|\s+[-–—]\s+)"
+    rf"(\"[^\"]*\"|'[^']*'|{_DIGIT_GROUPS}|\S+)"
 )
 # A label's separator (":", a spaced "=", JSON's '": ') as a policy's field has it; not "is", not a shell's "=x".
 _LABEL_SEPARATOR = re.compile(r"[\"']?[ \t]*(?::[ \t]*|=[ \t]+)")
 _SECRET_KEYS = re.compile(
-    r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|private[_-]?key|authorization|cookie|credential)"
+    r"(?i:password|passwd|passphrase|secret|token|api[_-]?key|private[_-]?key|subscription[_-]?key|authorization"
+    r"|cookie|credential)"
     r"|(?<![A-Za-z])(?i:auth)(?![a-z])"  # "auth", "basic_auth", "authHeader"; not "author" or "oauth"
 )
 _PROSE_PUNCTUATION = ".,;:!?)(\"'"
@@ -345,6 +369,8 @@ class Redactor:
         value = _COOKIE.sub(_keep_name, value)
         value = _CURL_COOKIE.sub(_keep_quoted, value)
         value = _CURL_USER.sub(_keep_user, value)
+        value = _MYSQL_COMMAND.sub(_mysql_command, value)
+        value = _APIM_KEY.sub(_apim_key, value)
         value = _AUTHORIZATION.sub(_authorization, value)
         value = _VALUE_ON_NEXT_LINE.sub(_value_on_next_line, value)
         value = _PASSPHRASE.sub(_passphrase, value)
@@ -389,6 +415,16 @@ def _keep_quoted(match: re.Match[str]) -> str:
 def _keep_user(match: re.Match[str]) -> str:
     """``-u bob:[redacted]``."""
     return f"{match.group(1)}{REDACTED}"
+
+
+def _mysql_command(match: re.Match[str]) -> str:
+    """``mysql -u root -p[redacted]``: only inside a mysql command is a glued ``-p`` a password (ssh's is a port)."""
+    return _MYSQL_PASSWORD.sub(_keep_quoted, match.group())
+
+
+def _apim_key(match: re.Match[str]) -> str:
+    """``Ocp-Apim-Subscription-Key: [redacted]``; a word of API docs after the header name stays."""
+    return f"{match.group(1)}{REDACTED}" if _looks_secret(match.group(2)) else match.group(0)
 
 
 def _value_on_next_line(match: re.Match[str]) -> str:

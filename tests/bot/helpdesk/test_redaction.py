@@ -434,8 +434,109 @@ def test_slack_workflow_webhook_urls_are_redacted():
         assert redactor.text(f"post to {url} please") == f"post to {REDACTED} please", url
 
 
+def test_sendgrid_keys_are_redacted_and_prose_about_their_prefix_is_not():
+    redactor = Redactor()
+    key = "SG.aBcDeFgHiJkLmNoPqRsT_1.aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789-_abcde"
+    assert redactor.text(f"SENDGRID_KEY is {key}, thanks") == f"SENDGRID_KEY is {REDACTED}, thanks"
+    for prose in ("Use SG. notation for Singapore offices", "keys start with SG. and are shown once"):
+        assert redactor.text(prose) == prose
+
+
+def test_hugging_face_tokens_are_redacted_and_prose_about_their_prefix_is_not():
+    redactor = Redactor()
+    token = "hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+    assert redactor.text(f"x {token} y") == f"x {REDACTED} y"
+    for prose in ("the hf_ prefix marks a Hugging Face token", "call hf_hub_download with the repo id"):
+        assert redactor.text(prose) == prose
+
+
+def test_grafana_service_account_tokens_are_redacted_and_prose_about_their_prefix_is_not():
+    redactor = Redactor()
+    for token in (
+        "glsa_aBcDeFgHiJkLmNoPqRsTuVwXyZ012345_0a1b2c3d",  # 32 alphanumerics, "_", 8 hex: as Grafana issues them
+        "glsa_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_0a1b2c3d4e",  # longer parts still go
+    ):
+        assert redactor.text(f"x {token} y") == f"x {REDACTED} y", token
+    for prose in ("glsa_ tokens belong to service accounts", "see glsa_token_rotation_policy_for_service_accounts"):
+        assert redactor.text(prose) == prose
+
+
+def test_a_mysql_password_glued_to_its_option_is_redacted_and_the_prompt_and_port_options_are_not():
+    redactor = Redactor()
+    for said, redacted in [
+        ("mysql -u root -pHunter2 prod", f"mysql -u root -p{REDACTED} prod"),
+        (
+            "mysqldump -uroot -ps3cret --all-databases > all.sql",
+            f"mysqldump -uroot -p{REDACTED} --all-databases > all.sql",
+        ),
+        ("mysql --password=Hunter2 -h db prod", f"mysql --password={REDACTED} -h db prod"),
+        ("mariadb -h db -P 3306 -p'pass word' prod", f"mariadb -h db -P 3306 -p'{REDACTED}' prod"),
+        ("`mysql -uapp -pplainword app`", f"`mysql -uapp -p{REDACTED} app`"),
+        ("mysql -h db \\\n  -u root -pHunter2 prod", f"mysql -h db \\\n  -u root -p{REDACTED} prod"),
+    ]:
+        assert redactor.text(said) == redacted, said
+    for prose in (
+        "mysql -p prompts for it",
+        "mysql -h db -P 3306 -u root -p",
+        "run mysql -u root -p, then type it when asked",
+        "mysql -u root prod; ssh -p2222 bastion",
+        "ssh -p2222 bastion",
+    ):
+        assert redactor.text(prose) == prose
+
+
+def test_an_azure_api_management_subscription_key_is_redacted_keeping_the_header_name():
+    redactor = Redactor()
+    key = "0123456789abcdef0123456789abcdef"
+    for said, redacted in [
+        (f"Ocp-Apim-Subscription-Key: {key}", f"Ocp-Apim-Subscription-Key: {REDACTED}"),
+        (
+            f"curl -H 'Ocp-Apim-Subscription-Key: {key}' https://x",
+            f"curl -H 'Ocp-Apim-Subscription-Key: {REDACTED}' https://x",
+        ),
+        (f'{{"Ocp-Apim-Subscription-Key": "{key}"}}', f'{{"Ocp-Apim-Subscription-Key": "{REDACTED}"}}'),
+        (
+            f"https://api.example.com/v1?subscription-key={key}",
+            f"https://api.example.com/v1?subscription-key={REDACTED}",
+        ),
+    ]:
+        assert redactor.text(said) == redacted, said
+    assert redactor.value({"Ocp-Apim-Subscription-Key": key}) == {"Ocp-Apim-Subscription-Key": REDACTED}
+    for prose in (
+        "send the key in the Ocp-Apim-Subscription-Key header",
+        "Ocp-Apim-Subscription-Key: required on every call",
+    ):
+        assert redactor.text(prose) == prose
+
+
+def test_a_pin_given_as_several_groups_of_digits_is_redacted_whole():
+    redactor = Redactor()
+    for said, redacted in [
+        ("pin: 42 17", f"pin: {REDACTED}"),
+        ("my PIN is 4217 9921", f"my PIN is {REDACTED}"),
+        ("my PIN is 42 17, thanks", f"my PIN is {REDACTED}, thanks"),
+        ("the door pin for B2 is 12 34 56.", f"the door pin for B2 is {REDACTED}."),
+        ("my passcode is 4217 9921 now", f"my passcode is {REDACTED} now"),
+    ]:
+        assert redactor.text(said) == redacted, said
+    for prose in (
+        "pin: 4 digits minimum",
+        "PIN: 4 to 6 digits, never your birthday",
+        "the PIN is 4 to 6 digits",
+        "my pin is 1 2 tries from locking",
+    ):
+        assert redactor.text(prose) == prose
+
+
 @pytest.mark.timeout(300)  # a guard against a hang, not a timing: it takes well under a second, was 10+ minutes
 def test_a_long_dotted_paste_is_redacted_in_linear_time():
     pasted = "a." * 40_000  # each dot used to restart the scan of a name and of a URL scheme (quadratic)
     assert Redactor().text(pasted) == pasted
     assert Redactor().known(pasted) == pasted
+
+
+@pytest.mark.timeout(300)  # a guard against a hang, not a timing: each takes well under a second
+def test_long_pastes_of_mysql_commands_and_digit_groups_are_redacted_in_linear_time():
+    for pasted in ("mysql -u root " * 20_000, "mysql \\" * 40_000, "mysql 'a " * 20_000):
+        assert Redactor().text(pasted) == pasted  # a command is read once, not again from each later "mysql"
+    assert Redactor().text("pin: " + "1 " * 40_000 + "x") == f"pin: {REDACTED} x"
