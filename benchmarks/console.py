@@ -62,7 +62,7 @@ from bot.config import Settings
 from bot.insights import gaps_csv, group_gaps, wording_key
 from bot.service import PolicyPal
 from bot.store import RunFilter, Store
-from bot.store.tables import Handoff, OutboxRow, PendingActionRow, Run
+from bot.store.tables import Handoff, OutboxRow, PendingActionRow, Run, RunFeedback
 from bot.wiring import open_service
 from retrieval import PolicyIndex
 
@@ -99,6 +99,7 @@ async def fill(url: str, rows: Rows, *, sqlite_analyze: bool) -> Filled:
                     (Handoff, batch.cases),
                     (OutboxRow, batch.deliveries),
                     (PendingActionRow, batch.actions),
+                    (RunFeedback, batch.ratings),
                 ):
                     if values:
                         await conn.execute(insert(table), values)

@@ -137,6 +137,7 @@ class Batch:
     cases: list[dict[str, Any]] = field(default_factory=list)
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     actions: list[dict[str, Any]] = field(default_factory=list)
+    ratings: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -223,6 +224,7 @@ class Rows:
                     "steps": 0, "exchange": None, "citations": None, "guards": None, "feedback": None,
                     "feedback_by": None, "feedback_comment": None}  # fmt: skip
         batch.runs.append(run)
+        batch.ratings += self._ratings(run)
         self.picks.runs_per_user[person.id] = self.picks.runs_per_user.get(person.id, 0) + 1
         if running:
             return
@@ -294,6 +296,21 @@ class Rows:
             "citations": [{"title": p.title, "heading": p.heading, "source": p.source} for p in cited] or None,
             "guards": ",".join(guards),
         }
+
+    def _ratings(self, run: dict[str, Any]) -> list[dict[str, Any]]:
+        """Everyone's ratings of a run (run_feedback): the asker's, and in a shared place sometimes a reader's."""
+        rated_at = run["finished_at"]
+        ratings = []
+        if run["feedback"]:
+            ratings.append({"run_id": run["id"], "user_id": run["user_id"], "rating": run["feedback"],
+                            "comment": run["feedback_comment"], "rated_at": rated_at})  # fmt: skip
+        if run["place"] == "shared" and rated_at is not None and self.rng.random() < 0.02:
+            reader = self.rng.choice(self.people).id
+            if reader != run["user_id"]:
+                rating = "helpful" if self.rng.random() < 0.7 else "not_helpful"
+                ratings.append({"run_id": run["id"], "user_id": reader, "rating": rating, "comment": None,
+                                "rated_at": rated_at})  # fmt: skip
+        return ratings
 
     def _feedback(self, reason: str) -> str | None:
         roll = self.rng.random()

@@ -633,7 +633,8 @@ class PolicyPal:
     async def feedback(
         self, run_id: str, value: Literal["helpful", "not_helpful"], user_id: str, comment: str = ""
     ) -> bool:
-        """Store a rating with its run; a comment is redacted (people paste tokens) and bounded."""
+        """Store ``user_id``'s rating of a run, replacing only their own earlier one (anyone who sees an answer
+        in a shared place may rate it); a comment is redacted (people paste tokens) and bounded."""
         said = bounded(self.redactor.text(comment.strip()), FEEDBACK_COMMENT_CHARS) if comment.strip() else None
         return await self.store.runs.set_feedback(run_id, value, user_id, said)
 

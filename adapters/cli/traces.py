@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from bot.config import Settings
-from bot.store import RunRow, Store
+from bot.store import Rating, Ratings, RunRow, Store
 from bot.unicode_text import terminal_safe
 
 
@@ -25,15 +25,19 @@ async def show_traces(
         if run is None:
             out.write(f"No run {run_id}.\n")
             return 1
-        out.write(_json({**_summary(run), "steps": run.trace}) if as_json else terminal_safe(_detail(run)))
+        ratings = await store.runs.ratings(run_id)
+        if as_json:
+            out.write(_json({**_summary(run), "ratings": [_summary(r) for r in ratings], "steps": run.trace}))
+        else:
+            out.write(terminal_safe(_detail(run, Ratings.of(ratings, run.user_id))))
         return 0
     finally:
         await store.close()
 
 
-def _summary(run: RunRow) -> dict[str, Any]:
-    data = asdict(run)
-    data.pop("trace")
+def _summary(row: RunRow | Rating) -> dict[str, Any]:
+    data = asdict(row)
+    data.pop("trace", None)
     return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in data.items()}
 
 
@@ -55,13 +59,14 @@ def _table(runs: list[RunRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _detail(run: RunRow) -> str:
+def _detail(run: RunRow, ratings: Ratings) -> str:
     lines = [
         f"run {run.id}  {run.platform}  user {run.user_id}  model {run.model}",
         f"question: {run.question}",
         f"reason: {run.reason}  steps {run.steps}  tokens {run.input_tokens}+{run.output_tokens}  "
         f"cost ${run.cost_usd:.5f}  {run.latency_ms:.0f} ms",
         f"built for readers in: {', '.join(run.audience) if run.audience is not None else 'not recorded'}",
+        f"feedback: {str(ratings) or 'none'}",
         "",
     ]
     for n, step in enumerate(run.trace, 1):

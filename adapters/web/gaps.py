@@ -185,7 +185,7 @@ def questions_of(runs: Sequence[GapRun]) -> list[GapQuestion]:
 
 
 def _why(run: GapRun) -> str:
-    return NOT_HELPFUL if run.feedback == NOT_HELPFUL else run.reason or "unknown"
+    return NOT_HELPFUL if run.rated_not_helpful else run.reason or "unknown"
 
 
 async def _searches(request: web.Request, run_ids: list[str]) -> dict[str, list[dict[str, Any]] | None]:

@@ -14,7 +14,7 @@ from adapters.web import params
 from adapters.web.keys import ACCESS
 from adapters.web.render import operator_of, page
 from bot.redaction import bounded_value
-from bot.store import RunFilter, RunSummary, utc_midnight
+from bot.store import Ratings, RunFilter, RunSummary, utc_midnight
 from bot.types import TerminationReason
 
 PAGE = 50
@@ -57,7 +57,8 @@ async def show(request: web.Request) -> web.Response:
         replace(a, arguments=service.redactor.value(a.arguments), result=service.redactor.value(a.result))
         for a in cards
     ]
-    return page(request, "run.html", run=run, readable=readable, steps=steps, actions=actions)
+    ratings = Ratings.of(await service.store.runs.ratings(run.id), run.user_id)
+    return page(request, "run.html", run=run, ratings=ratings, readable=readable, steps=steps, actions=actions)
 
 
 def _shown(step: dict[str, Any]) -> dict[str, Any]:

@@ -38,16 +38,27 @@ class RunRow:
     latency_ms: float
     model: str
     trace: list[dict[str, Any]]
-    feedback: str | None
-    feedback_by: str | None
+    feedback: str | None  # the asker's own rating (everyone's: ``Runs.ratings``)
+    feedback_by: str | None  # the asker, when they rated
     owner: str
-    feedback_comment: str | None = None  # what the person wrote with the rating (Teams' feedback loop)
+    feedback_comment: str | None = None  # what the asker wrote with the rating (Teams' feedback loop)
     inbox_id: str | None = None  # the inbox item this run answers (None: the terminal)
     exchange: list[dict[str, Any]] | None = None  # what the thread's history keeps of it
     audience: list[str] | None = None  # the groups its answer was built for (None: before audiences)
     place: str | None = None  # "private" or "shared" (None: before places were recorded)
     citations: list[dict[str, str]] | None = None  # what the answer cited: title, heading, source
     guards: str | None = None  # the guards that refused a call, sorted and comma-separated ("" for none)
+
+
+@dataclass(frozen=True)
+class Rating:
+    """One person's rating of a run's answer (a ``run_feedback`` row)."""
+
+    run_id: str
+    user_id: str
+    rating: str  # "helpful" / "not_helpful"
+    comment: str | None
+    rated_at: datetime
 
 
 @dataclass(frozen=True)

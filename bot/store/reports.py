@@ -6,7 +6,8 @@ show, and bound every scan they hand to Python (``SCAN_LIMIT``). The overview re
 index ``ix_runs_report_window`` (never a row with its trace), in four ``GROUP BY``s per range of days:
 counts, and histograms of steps, tokens and cost (in millionths of a dollar) from which the
 percentiles are exact. Days old enough to be settled are summed once per process, so a reload reads
-only the last two days' rows. The same SQL runs on SQLite and PostgreSQL.
+only the last two days' rows; ratings, which come whenever someone clicks, are counted afresh on every
+load (one per person and answer, ``run_feedback``). The same SQL runs on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, or_, select
+from sqlalchemy import BigInteger, ColumnElement, Select, and_, cast, func, or_, select, union
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.store.cases import Cases
@@ -28,15 +29,16 @@ from bot.store.records import (
     DeliveryRecord,
     HandoffRecord,
     PendingRecord,
+    Rating,
     to_pending_record,
 )
-from bot.store.tables import PendingActionRow, Run
+from bot.store.tables import PendingActionRow, Run, RunFeedback
 from bot.types import TerminationReason
 
 SETTLED_AFTER_DAYS = 2  # a day this old gains no runs (a run is recorded within its deadline of its start)
 MICRO_USD = 1_000_000  # cost histograms count millionths of a dollar: finer than the $0.0001 pages show
 SCAN_LIMIT = 5_000  # rows a report reads into Python at most (the newest first)
-NOT_HELPFUL = "not_helpful"
+HELPFUL, NOT_HELPFUL = "helpful", "not_helpful"
 # Runs that ended without an answer for want of one: what a policy owner reads as a gap. A model or
 # internal error says nothing about the documents, so it is not here.
 GAVE_UP = (
@@ -63,6 +65,31 @@ class RunFilter:
 
 
 @dataclass(frozen=True)
+class Ratings:
+    """A run's ratings as one line shows them: the asker's own (None: they did not rate) and how many
+    others (anyone else who saw the answer in a shared place) rated it helpful and not helpful."""
+
+    asker: str | None = None
+    others_helpful: int = 0
+    others_not_helpful: int = 0
+
+    @classmethod
+    def of(cls, ratings: Sequence[Rating], asker: str) -> Ratings:
+        """The summary of a run's ratings (``Runs.ratings``), ``asker`` being who asked."""
+        own = [r.rating for r in ratings if r.user_id == asker]
+        others = Counter(r.rating for r in ratings if r.user_id != asker)
+        return cls(own[0] if own else None, others[HELPFUL], others[NOT_HELPFUL])
+
+    def __str__(self) -> str:
+        """The asker's rating, then others' counts when any: "helpful (others: 2 not_helpful)"; "" if no one rated."""
+        counts = ((self.others_helpful, HELPFUL), (self.others_not_helpful, NOT_HELPFUL))
+        others = ", ".join(f"{n} {rating}" for n, rating in counts if n)
+        if not others:
+            return self.asker or ""
+        return f"{self.asker} (others: {others})" if self.asker else f"others: {others}"
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """One line of the runs list: everything but the trace."""
 
@@ -78,7 +105,7 @@ class RunSummary:
     tokens: int
     cost_usd: float
     latency_ms: float
-    feedback: str | None
+    ratings: Ratings
     audience: list[str] | None
 
 
@@ -102,7 +129,7 @@ class Overview:
     steps: Spread
     tokens: Spread
     cost_usd: Spread
-    feedback: dict[str, int]  # "helpful" / "not_helpful" -> runs
+    feedback: dict[str, int]  # "helpful" / "not_helpful" -> ratings (one per person and answer)
     guards: dict[str, int]  # guard -> runs where it fired
 
     def rate(self, *reasons: str) -> float:
@@ -112,13 +139,13 @@ class Overview:
 
 @dataclass(frozen=True)
 class GapRun:
-    """A run that shows a gap: not covered, gave up for want of an answer, or rated not helpful."""
+    """A run that shows a gap: not covered, gave up for want of an answer, or rated not helpful (by anyone)."""
 
     id: str
     question: str
     user_id: str
     reason: str | None
-    feedback: str | None
+    rated_not_helpful: bool
     started_at: datetime
 
 
@@ -169,7 +196,7 @@ class Reports(Repository):
 
     async def overview(self, since: datetime, until: datetime) -> Overview:
         """Finished runs that started in [since, until), two UTC midnights: counts by day and reason, spreads
-        (from the days' histograms), feedback and guards."""
+        (from the days' histograms), their ratings (everyone's) and guards."""
         first, last = since.date(), (until - timedelta(microseconds=1)).date()
         if since != utc_midnight(first) or until != utc_midnight(last + timedelta(days=1)):
             raise ValueError("the overview covers whole UTC days: since and until must be midnights")
@@ -194,9 +221,20 @@ class Reports(Repository):
             _spread_of(whole.steps, total),
             _spread_of(whole.tokens, total),
             _spread_of(whole.micro_usd, total, scale=1 / MICRO_USD),
-            dict(whole.feedback),
+            await self._ratings(since, until),
             dict(whole.guards.most_common()),
         )
+
+    async def _ratings(self, since: datetime, until: datetime) -> dict[str, int]:
+        """Everyone's ratings of the finished runs that started in [since, until), by rating."""
+        stmt = (
+            select(RunFeedback.rating, func.count())
+            .join(Run, Run.id == RunFeedback.run_id)
+            .where(Run.started_at >= since, Run.started_at < until, Run.status == "finished")
+            .group_by(RunFeedback.rating)
+        )
+        async with self._engine.connect() as conn:
+            return {rating: n for rating, n in await conn.execute(stmt)}
 
     async def _day_totals(self, first: date, last: date) -> dict[date, DayTotals]:
         """Each day's counts and histograms from first to last, in four GROUP BYs over the covering index."""
@@ -211,13 +249,11 @@ class Reports(Repository):
         def of(when: Any) -> DayTotals:
             return totals.setdefault(_as_date(when), DayTotals())
 
-        keys = (day, Run.reason, Run.feedback, Run.guards)
+        keys = (day, Run.reason, Run.guards)
         micro_usd = cast(func.round(Run.cost_usd * MICRO_USD), BigInteger)
         async with self._engine.connect() as conn:
-            for when, reason, rated, fired, n in await conn.execute(
-                select(*keys, func.count()).where(window).group_by(*keys)
-            ):
-                of(when).count(reason, rated, fired, n)
+            for when, reason, fired, n in await conn.execute(select(*keys, func.count()).where(window).group_by(*keys)):
+                of(when).count(reason, fired, n)
             for name, measure in (("steps", Run.steps), ("tokens", Run.input_tokens + Run.output_tokens),
                                   ("micro_usd", micro_usd)):  # fmt: skip
                 rows = await conn.execute(select(day, measure, func.count()).where(window).group_by(day, measure))
@@ -242,7 +278,9 @@ class Reports(Repository):
             (Run.input_tokens + Run.output_tokens).label("tokens"),
             Run.cost_usd,
             Run.latency_ms,
-            Run.feedback,
+            Run.feedback,  # the asker's own rating
+            _others_rating(HELPFUL).label("others_helpful"),
+            _others_rating(NOT_HELPFUL).label("others_not_helpful"),
             Run.audience,
         )
         stmt = select(*columns).where(*_run_conditions(where))
@@ -251,7 +289,7 @@ class Reports(Repository):
             stmt = stmt.where(or_(Run.started_at < at, and_(Run.started_at == at, Run.id < run_id)))
         stmt = stmt.order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
         async with self._engine.connect() as conn:
-            return [RunSummary(**row._mapping) for row in await conn.execute(stmt)]
+            return [_summary(row) for row in await conn.execute(stmt)]
 
     async def platforms(self) -> list[str]:
         """The platforms runs came from, for the filter's choices."""
@@ -259,20 +297,21 @@ class Reports(Repository):
             return sorted(p for p in (await conn.execute(select(Run.platform).distinct())).scalars())
 
     async def gap_marker(self, since: datetime) -> tuple[Any, ...]:
-        """What changes whenever the gap runs since ``since`` do (how many, the newest, how many rated): one
-        indexed count, so a page can tell its grouped gaps are still current without reading them again."""
-        stmt = select(func.count(), func.max(Run.started_at), func.count(Run.feedback)).where(
-            Run.started_at >= since, _shows_gap()
+        """What changes whenever the gap runs since ``since`` do (how many, the newest, how many ratings say not
+        helpful): indexed counts, so a page can tell its grouped gaps are still current without reading them."""
+        unhelpful = select(func.count()).select_from(_not_helpful_since(since).subquery()).scalar_subquery()
+        stmt = select(func.count(), func.max(Run.started_at), unhelpful).where(
+            Run.started_at >= since, Run.id.in_(_gap_ids(since))
         )
         async with self._engine.connect() as conn:
             return tuple((await conn.execute(stmt)).one())
 
     async def gap_runs(self, since: datetime, limit: int = SCAN_LIMIT) -> list[GapRun]:
         """The newest runs since ``since`` that ended not covered or gave up, or that someone rated not helpful."""
-        shows_gap = _shows_gap()
+        rated = Run.id.in_(_not_helpful_since(since)).label("rated_not_helpful")
         stmt = (
-            select(Run.id, Run.question, Run.user_id, Run.reason, Run.feedback, Run.started_at)
-            .where(Run.started_at >= since, shows_gap)
+            select(Run.id, Run.question, Run.user_id, Run.reason, rated, Run.started_at)
+            .where(Run.started_at >= since, Run.id.in_(_gap_ids(since)))
             .order_by(Run.started_at.desc(), Run.id.desc())
             .limit(limit)
         )
@@ -282,7 +321,7 @@ class Reports(Repository):
     async def not_helpful_sources(
         self, since: datetime, limit: int = 10, *, readable: Readable | None = None
     ) -> CitedSources:
-        """The documents most cited by answers rated not helpful, most first, counted over the runs whose
+        """The documents most cited by answers someone rated not helpful, most first, counted over the runs whose
         audience ``readable`` accepts (every run without it); the others are only counted, as ``withheld``.
 
         Citations carry no audience of their own: a run built for restricted groups may cite documents
@@ -292,7 +331,7 @@ class Reports(Repository):
         so the counts shown are honest for the runs they cover, and ``withheld`` says how many were not."""
         stmt = (
             select(Run.citations, Run.audience)
-            .where(Run.started_at >= since, Run.feedback == NOT_HELPFUL, Run.citations.is_not(None))
+            .where(Run.started_at >= since, Run.id.in_(_not_helpful_since(since)), Run.citations.is_not(None))
             .order_by(Run.started_at.desc())
             .limit(SCAN_LIMIT)
         )
@@ -366,10 +405,9 @@ class Reports(Repository):
 
 @dataclass
 class DayTotals:
-    """One day's finished runs: counts by reason, feedback and guard, and histograms of each spread's measure."""
+    """One day's finished runs: counts by reason and guard, and histograms of each spread's measure."""
 
     reasons: Counter[str] = field(default_factory=Counter)
-    feedback: Counter[str] = field(default_factory=Counter)
     guards: Counter[str] = field(default_factory=Counter)
     steps: Counter[int] = field(default_factory=Counter)
     tokens: Counter[int] = field(default_factory=Counter)
@@ -379,15 +417,13 @@ class DayTotals:
     def runs(self) -> int:
         return sum(self.reasons.values())
 
-    def count(self, reason: str | None, rated: str | None, fired: str | None, n: int) -> None:
+    def count(self, reason: str | None, fired: str | None, n: int) -> None:
         self.reasons[reason or "unknown"] += n
-        if rated is not None:
-            self.feedback[str(rated)] += n
         if fired:
             self.guards.update({name: n for name in fired.split(",")})
 
     def add(self, other: DayTotals) -> None:
-        for name in ("reasons", "feedback", "guards", "steps", "tokens", "micro_usd"):
+        for name in ("reasons", "guards", "steps", "tokens", "micro_usd"):
             getattr(self, name).update(getattr(other, name))
 
 
@@ -407,8 +443,28 @@ def _rank(fraction: float, total: int) -> int:
     return max(int(-(-fraction * total // 1)) - 1, 0)
 
 
-def _shows_gap() -> ColumnElement[bool]:
-    return or_(Run.reason.in_([r.value for r in GAP_REASONS]), Run.feedback == NOT_HELPFUL)
+def _not_helpful_since(since: datetime) -> Select[Any]:
+    """The runs someone rated not helpful since ``since`` (a rating comes after its run started): the index only."""
+    return select(RunFeedback.run_id).where(RunFeedback.rating == NOT_HELPFUL, RunFeedback.rated_at >= since)
+
+
+def _gap_ids(since: datetime) -> Any:
+    """The ids of the runs that show a gap (the caller keeps those started since ``since``): those that ended
+    for want of an answer, and those someone rated not helpful, each half read from its own index."""
+    ended = select(Run.id).where(Run.started_at >= since, Run.reason.in_([r.value for r in GAP_REASONS]))
+    return union(ended, _not_helpful_since(since))
+
+
+def _others_rating(rating: str) -> Any:
+    """How many people other than the asker gave a run of the outer query ``rating``."""
+    others = (RunFeedback.run_id == Run.id, RunFeedback.user_id != Run.user_id, RunFeedback.rating == rating)
+    return select(func.count()).where(*others).scalar_subquery()
+
+
+def _summary(row: Any) -> RunSummary:
+    values = dict(row._mapping)
+    ratings = Ratings(values.pop("feedback"), values.pop("others_helpful"), values.pop("others_not_helpful"))
+    return RunSummary(**values, ratings=ratings)
 
 
 def _run_conditions(where: RunFilter) -> list[ColumnElement[bool]]:

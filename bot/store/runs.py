@@ -19,12 +19,14 @@ from bot.store.columns import utcnow
 from bot.store.engine import Repository
 from bot.store.records import (
     KnowledgeGap,
+    Rating,
     RunRow,
     to_run_row,
 )
 from bot.store.tables import (
     InboxItem,
     Run,
+    RunFeedback,
     Worker,
 )
 from bot.types import TerminationReason
@@ -151,12 +153,32 @@ class Runs(Repository):
             return [KnowledgeGap(*row) for row in await conn.execute(stmt)]
 
     async def set_feedback(self, run_id: str, value: str, user_id: str, comment: str | None = None) -> bool:
-        """Attach a thumbs-up/down (and what the person wrote with it) to a run; False when the run does
-        not exist. A new rating replaces the last one, its comment too."""
-        values = {"feedback": value, "feedback_by": user_id, "feedback_comment": comment}
-        stmt = update(Run).where(Run.id == run_id).values(**values)
+        """Store one person's thumbs-up/down on a run (and what they wrote with it); False when the run does
+        not exist. A person's new rating replaces their own last one, its comment too, and no one else's;
+        the asker's is also the run's own (``runs.feedback``)."""
+        now = utcnow()
+        rating = {"run_id": run_id, "user_id": user_id, "rating": value, "comment": comment, "rated_at": now}
+        table = RunFeedback.__table__
+        found = select(*[literal(v, type_=table.c[k].type) for k, v in rating.items()]).where(
+            exists().where(Run.id == run_id)
+        )
+        upsert = self._insert(RunFeedback).from_select(list(rating), found)
+        upsert = upsert.on_conflict_do_update(
+            index_elements=["run_id", "user_id"], set_={"rating": value, "comment": comment, "rated_at": now}
+        )
+        asker = update(Run).where(Run.id == run_id, Run.user_id == user_id)
         async with self._engine.begin() as conn:
-            return (await conn.execute(stmt)).rowcount == 1
+            if (await conn.execute(upsert)).rowcount != 1:
+                return False
+            await conn.execute(asker.values(feedback=value, feedback_by=user_id, feedback_comment=comment))
+            return True
+
+    async def ratings(self, run_id: str) -> list[Rating]:
+        """Everyone's ratings of a run, the earliest first."""
+        stmt = select(RunFeedback.__table__).where(RunFeedback.run_id == run_id)
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(stmt.order_by(RunFeedback.rated_at, RunFeedback.user_id))
+            return [Rating(**row._mapping) for row in rows]
 
     async def unfinished(self, owner: str | None = None) -> list[RunRow]:
         """Runs never finished (running, or taken over for recovery), optionally of one owner process."""

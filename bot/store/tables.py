@@ -78,7 +78,6 @@ class Run(Base):
         # The console's filters and reports (bot.store.reports), newest first within each.
         Index(None, "user_id", "started_at"),
         Index(None, "platform", "started_at"),
-        Index(None, "feedback", "started_at"),
         # Everything the overview reads of a run: its statements scan this range and never the rows (traces).
         Index(
             "ix_runs_report_window",
@@ -110,8 +109,10 @@ class Run(Base):
     latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
     model: Mapped[str] = mapped_column(String(255))
     trace: Mapped[list[dict[str, Any]]] = mapped_column(_json())
+    # The asker's own rating, kept with the run in step with their ``run_feedback`` row (``Runs.set_feedback``):
+    # what a line showing one rating per run reads. Everyone's ratings, the asker's included, are in ``run_feedback``.
     feedback: Mapped[str | None] = mapped_column(String(32))
-    feedback_by: Mapped[str | None] = mapped_column(String(255))
+    feedback_by: Mapped[str | None] = mapped_column(String(255))  # the asker, when they rated
     feedback_comment: Mapped[str | None] = mapped_column(Text)  # why, when the platform asks (Teams)
     owner: Mapped[str] = mapped_column(String(255))
     # The inbox item the run answers: unique, so one item has one run (and one reply) whoever ends it.
@@ -124,6 +125,20 @@ class Run(Base):
     # What the answer cited ({title, heading, source}): the documents behind a "not helpful".
     citations: Mapped[list[dict[str, str]] | None] = mapped_column(_json())
     guards: Mapped[str | None] = mapped_column(String(255))  # the guards that fired, sorted, comma-separated
+
+
+class RunFeedback(Base):
+    """One person's rating of a run's answer: in a shared place anyone who sees it may rate it, and a
+    person's click replaces only their own rating (its comment too)."""
+
+    __tablename__ = "run_feedback"
+    __table_args__ = (Index(None, "rating", "rated_at", "run_id"),)  # the answers rated not helpful (the console)
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    rating: Mapped[str] = mapped_column(String(32))  # "helpful" / "not_helpful"
+    comment: Mapped[str | None] = mapped_column(Text)  # what they wrote with it (Teams), redacted and bounded
+    rated_at: Mapped[datetime] = mapped_column(UtcDateTime)  # the person's last click
 
 
 class TicketRow(Base):

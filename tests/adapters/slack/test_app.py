@@ -329,6 +329,24 @@ async def test_feedback_is_stored_with_the_run_and_thanked_privately(slack: Slac
     assert (thanks["user"], thanks["thread_ts"]) == (ALICE, event["ts"])
 
 
+async def test_two_people_rating_an_answer_in_a_channel_keep_a_rating_each(slack: SlackRig):
+    slack.model.script(answer())
+    event = mention_event(ALICE, "<@UBOT> Can I work abroad?")
+    await slack.send(event_envelope(event))
+    (reply,) = await slack.replies()
+    thumbs = next(e for b in reply.blocks if b["type"] == "context_actions" for e in b["elements"])
+    up, down = thumbs["positive_button"]["value"], thumbs["negative_button"]["value"]
+    run_id = up.partition(":")[2]
+    await slack.click(ALICE, FEEDBACK, up, channel="C0GENERAL", thread_ts=event["ts"])
+    await slack.slack.wait_for("chat.postEphemeral")
+    await slack.click(BOB, FEEDBACK, down, channel="C0GENERAL", thread_ts=event["ts"])  # a bystander
+    await slack.slack.wait_for("chat.postEphemeral", 2)
+    run = await slack.service.store.runs.get(run_id)
+    assert (run.feedback, run.feedback_by) == ("helpful", ALICE)  # the asker's, not the last click's
+    ratings = await slack.service.store.runs.ratings(run_id)
+    assert sorted((r.user_id, r.rating) for r in ratings) == [(ALICE, "helpful"), (BOB, "not_helpful")]
+
+
 async def test_still_need_help_hands_the_thread_to_the_helpdesk(slack: SlackRig):
     slack.model.script(answer())
     event = dm_event(ALICE, "Can I work abroad?")

@@ -71,6 +71,22 @@ async def test_runs_filter_by_reason_and_place_and_page_older_runs(start_console
     assert len(questions) == 12 and questions[-1] == "bulk question 0"
 
 
+async def test_the_askers_rating_and_the_others_counts_show_on_the_overview_the_runs_list_and_the_run(
+    start_console, fake_openai
+):
+    console = await start_console(Finds())
+    svc = console.service
+    reply = await scenario.answered(svc, fake_openai, shared=True)  # asked by Alice in a channel
+    assert await svc.feedback(reply.run_id, "helpful", scenario.ALICE.id, "thanks")
+    assert await svc.feedback(reply.run_id, "not_helpful", scenario.DANA.id)  # another reader of the channel
+    _, overview = await console.get("/console/")
+    _, runs = await console.get("/console/runs")
+    _, run = await console.get(f"/console/runs/{reply.run_id}")
+    assert "1 / 1</span> ratings helpful / not helpful" in overview
+    assert [r[9] for r in cells(runs, "runs")] == ["helpful (others: 1 not_helpful)"]
+    assert "the asker: helpful: “thanks” · others: 0 helpful, 1 not_helpful" in run
+
+
 async def test_a_trace_shows_each_model_and_tool_call_with_arguments_results_and_the_card(start_console, fake_openai):
     console = await start_console(Finds())
     reply = await scenario.answered(console.service, fake_openai)

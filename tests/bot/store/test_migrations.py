@@ -9,7 +9,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import JSON, Integer, String, column, select, table, text
+from sqlalchemy import JSON, Float, Integer, String, column, select, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -302,3 +302,48 @@ async def test_events_and_deliveries_of_an_earlier_release_move_to_the_inbox_and
     assert new_row.id not in (1, 2) and new_row.kind == "case"
     assert events == ["slack:Ev1"]
     assert sorted(back) == [(1, "delivered"), (2, "failed"), (new_row.id, "pending")]
+
+
+_RUNS = table(
+    "runs",
+    *(column(name, String) for name in ("id", "conversation_key", "platform", "user_id", "question", "status",
+                                        "model", "owner", "feedback", "feedback_by", "feedback_comment")),
+    *(column(name, Integer) for name in ("steps", "input_tokens", "output_tokens")),
+    *(column(name, Float) for name in ("cost_usd", "latency_ms")),
+    column("trace", JSON),
+    column("started_at", UtcDateTime),
+)  # fmt: skip
+
+
+def _rated_run(run_id: str, rating: str, by: str, comment: str | None = None) -> dict[str, Any]:
+    return {"id": run_id, "conversation_key": "slack:T1:C1:1.0", "platform": "slack", "user_id": "U_ASKER",
+            "question": "q", "status": "finished", "model": "m", "owner": "", "feedback": rating, "feedback_by": by,
+            "feedback_comment": comment, "steps": 1, "input_tokens": 1, "output_tokens": 1, "cost_usd": 0,
+            "latency_ms": 1, "trace": [], "started_at": utcnow()}  # fmt: skip
+
+
+async def test_each_runs_rating_becomes_its_raters_and_the_run_keeps_only_the_askers_and_back(database: Database):
+    engine = _engine(database)
+    try:
+        await _run(engine, _to("0008_console"))
+        async with engine.begin() as conn:
+            await conn.execute(
+                _RUNS.insert(),
+                [_rated_run("r1", "helpful", "U_ASKER", "clear"), _rated_run("r2", "not_helpful", "U_BYSTANDER")],
+            )
+        store = await database.open()  # upgrades to head
+        kept = [[(r.user_id, r.rating, r.comment) for r in await store.runs.ratings(n)] for n in ("r1", "r2")]
+        runs = [await store.runs.get(n) for n in ("r1", "r2")]
+        await store.runs.set_feedback("r1", "not_helpful", "U_BYSTANDER")
+        await store.runs.set_feedback("r2", "helpful", "U_OTHER")  # the newest rating of r2
+        await _run(engine, _down_to("0008_console"))
+        async with engine.connect() as conn:
+            columns = (_RUNS.c.id, _RUNS.c.feedback, _RUNS.c.feedback_by, _RUNS.c.feedback_comment)
+            back = (await conn.execute(select(*columns).order_by(_RUNS.c.id))).all()
+    finally:
+        await engine.dispose()
+    assert kept == [[("U_ASKER", "helpful", "clear")], [("U_BYSTANDER", "not_helpful", None)]]
+    assert [(r.feedback, r.feedback_by, r.feedback_comment) for r in runs if r] == [
+        ("helpful", "U_ASKER", "clear"), (None, None, None),  # a bystander's rating is not the run's own
+    ]  # fmt: skip
+    assert back == [("r1", "helpful", "U_ASKER", "clear"), ("r2", "helpful", "U_OTHER", None)]

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.store import Store
+from bot.store import Ratings, RunFilter, Store
 from bot.store.reports import SETTLED_AFTER_DAYS
 
 pytestmark = pytest.mark.asyncio
@@ -49,10 +49,10 @@ async def test_the_overview_counts_by_day_and_gives_nearest_rank_percentiles(sto
                 tokens=100 * (n + 1),
                 cost=0.0001 * (n + 1),
                 reason="not_covered" if n % 4 == 0 else "answered",
-                feedback="not_helpful" if n == 3 else None,
                 guards="repeat" if n < 2 else "",
             )
         )
+    await store.runs.set_feedback("run_0003", "not_helpful", "U1")
     report = await store.reports.overview(midnight(10), midnight(-1))
     assert report.runs == 20 and report.by_reason == {"answered": 15, "not_covered": 5}
     assert sorted(report.by_day) == [start.date(), start.date() + timedelta(days=1)]
@@ -91,13 +91,48 @@ async def test_not_helpful_sources_count_only_the_runs_the_reader_may_read(store
         (["all", "hr"], []),  # cited nothing: neither counted nor withheld
     ]
     for n, (audience, citations) in enumerate(rated):
-        row = _run(n, start + timedelta(hours=n), steps=1, tokens=1, cost=0.0, feedback="not_helpful")
+        row = _run(n, start + timedelta(hours=n), steps=1, tokens=1, cost=0.0)
         await store.runs.record({**row, "audience": audience, "citations": citations})
-    helpful = _run(9, start, steps=1, tokens=1, cost=0.0, feedback="helpful")
-    await store.runs.record({**helpful, "audience": ["all"], "citations": [reorg]})  # not rated not helpful
+        await store.runs.set_feedback(row["id"], "not_helpful", "U1")
+    helpful = _run(9, start, steps=1, tokens=1, cost=0.0)
+    await store.runs.record({**helpful, "audience": ["all"], "citations": [reorg]})
+    await store.runs.set_feedback(helpful["id"], "helpful", "U1")  # not rated not helpful
 
     public_only = await store.reports.not_helpful_sources(midnight(4), readable=lambda a: a == ["all"])
     assert public_only.documents == [("Expenses Policy", "expenses.md", 2)] and public_only.withheld == 2
     everything = await store.reports.not_helpful_sources(midnight(4))
     assert everything.documents == [("Expenses Policy", "expenses.md", 4), ("Reorg Plan", "reorg.md", 1)]
     assert everything.withheld == 0
+
+
+async def test_the_overview_the_runs_list_and_the_gaps_count_every_persons_rating(store: Store):
+    old, recent = midnight(SETTLED_AFTER_DAYS + 3), midnight(0)
+    await store.runs.record(_run(1, old + timedelta(hours=1), steps=1, tokens=1, cost=0.0))  # asked by U1
+    await store.runs.record(_run(2, recent + timedelta(minutes=1), steps=1, tokens=1, cost=0.0))
+    window = (midnight(SETTLED_AFTER_DAYS + 5), midnight(-1))
+    assert (await store.reports.overview(*window)).feedback == {}  # the old day is settled now
+    await store.runs.set_feedback("run_0001", "helpful", "U1")
+    await store.runs.set_feedback("run_0001", "not_helpful", "U2")  # someone else in the channel
+    await store.runs.set_feedback("run_0002", "not_helpful", "U2")
+    await store.runs.set_feedback("run_0002", "not_helpful", "U3")
+    report = await store.reports.overview(*window)
+    rows = {r.id: r.ratings for r in await store.reports.runs(RunFilter())}
+    gaps = await store.reports.gap_runs(window[0])
+    assert report.feedback == {"helpful": 1, "not_helpful": 3}  # a rating on a settled day's run counts too
+    assert rows == {"run_0001": Ratings("helpful", 0, 1), "run_0002": Ratings(None, 0, 2)}
+    assert [str(rows["run_0001"]), str(rows["run_0002"])] == [
+        "helpful (others: 1 not_helpful)",
+        "others: 2 not_helpful",
+    ]
+    assert [(g.id, g.rated_not_helpful) for g in gaps] == [("run_0002", True), ("run_0001", True)]
+
+
+async def test_an_answer_stays_a_gap_while_anyone_still_rates_it_not_helpful(store: Store):
+    await store.runs.record(_run(1, midnight(1), steps=1, tokens=1, cost=0.0))
+    await store.runs.set_feedback("run_0001", "not_helpful", "U2")
+    await store.runs.set_feedback("run_0001", "helpful", "U3")  # another reader's thumbs-up clears nothing
+    assert [g.id for g in await store.reports.gap_runs(midnight(2))] == ["run_0001"]
+    before = await store.reports.gap_marker(midnight(2))
+    await store.runs.set_feedback("run_0001", "helpful", "U2")  # U2 changes their mind
+    assert await store.reports.gap_runs(midnight(2)) == []
+    assert await store.reports.gap_marker(midnight(2)) != before

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from bot.store import Store
+from bot.store import Rating, Store
 from bot.types import TerminationReason
 from tests.databases import Database
 
@@ -249,6 +249,42 @@ async def test_feedback_is_attached_to_an_existing_run_only(store: Store) -> Non
     assert run is not None
     assert (run.feedback, run.feedback_by) == ("down", "U1")
     assert await store.runs.set_feedback("nope", "up", "U1") is False
+
+
+def _ratings(ratings: list[Rating]) -> list[tuple[str, str, str | None]]:
+    return sorted((r.user_id, r.rating, r.comment) for r in ratings)
+
+
+async def test_two_people_rating_the_same_answer_keep_a_rating_each(store: Store) -> None:
+    await store.runs.record(_run_row("r1"))  # asked by U1
+    assert await store.runs.set_feedback("r1", "helpful", "U1") is True
+    assert await store.runs.set_feedback("r1", "not_helpful", "U2", "wrong office") is True
+    assert _ratings(await store.runs.ratings("r1")) == [("U1", "helpful", None), ("U2", "not_helpful", "wrong office")]
+    assert await store.runs.ratings("nope") == []
+
+
+async def test_a_bystanders_rating_does_not_replace_the_askers(store: Store) -> None:
+    await store.runs.record(_run_row("r1"))
+    await store.runs.set_feedback("r1", "helpful", "U1", "spot on")
+    await store.runs.set_feedback("r1", "not_helpful", "U2")
+    run = await store.runs.get("r1")
+    assert run is not None
+    assert (run.feedback, run.feedback_by, run.feedback_comment) == ("helpful", "U1", "spot on")
+    await store.runs.record(_run_row("r2"))
+    await store.runs.set_feedback("r2", "not_helpful", "U2")  # only a bystander rated: the asker has no rating
+    unrated = await store.runs.get("r2")
+    assert unrated is not None and (unrated.feedback, unrated.feedback_by) == (None, None)
+
+
+async def test_a_second_click_replaces_only_that_persons_own_rating(store: Store) -> None:
+    await store.runs.record(_run_row("r1"))
+    await store.runs.set_feedback("r1", "not_helpful", "U2", "wrong office")
+    await store.runs.set_feedback("r1", "not_helpful", "U1", "too long")
+    await store.runs.set_feedback("r1", "helpful", "U2")  # U2 changes their mind; their comment goes with it
+    await store.runs.set_feedback("r1", "helpful", "U1", "read it again")
+    assert _ratings(await store.runs.ratings("r1")) == [("U1", "helpful", "read it again"), ("U2", "helpful", None)]
+    run = await store.runs.get("r1")
+    assert run is not None and (run.feedback, run.feedback_comment) == ("helpful", "read it again")
 
 
 async def test_running_runs_lists_unfinished_runs_by_owner(store: Store) -> None:
