@@ -351,6 +351,10 @@ _RULE_WORDS = frozenset(
     }
 )
 _COUNT = re.compile(r"\d{1,3}\+?(?:[-–][a-z]+)?")  # "14", "90-day": a rule's quantity, shorter than any PIN
+# How far past a label's value its clause is read to tell whether the value opens a rule. Read to the end of
+# its line instead, a line repeating a label ("pin: 1 2 " * 4000, a long Slack message) was read again from
+# every label: 12 s for 36,000 characters. See _clause_from for why the bound is safe.
+_RULE_CONTEXT_CHARS = 300
 
 
 class Redactor:
@@ -459,10 +463,24 @@ def _assignment(match: re.Match[str]) -> str:
 
 
 def _clause_from(match: re.Match[str], value: str) -> str:
-    """What a label's value says: inside its quotes, or from its first word to the end of its clause."""
+    """What a label's value says: inside its quotes, or from its first word to the end of its clause, read no
+    further than ``_RULE_CONTEXT_CHARS`` past the value.
+
+    The bound keeps redaction linear: each label reads its value (which its match consumes) and at most
+    ``_RULE_CONTEXT_CHARS`` more, not the rest of its line. It is safe because only the words after the value
+    are cut, never the value: that is what is kept or redacted, and it is read whole (a quoted value, a PIN's
+    digit groups, however long). The words after it are only evidence; none is redacted here either way. A
+    clause cut at the bound can only (a) lose its second word of rules, so its value is redacted, the safe
+    side; or (b) lose a credential-shaped word that would have had the value redacted, so the value stays:
+    and a value that stays opens with a word of rules or a count of three digits at most ("must", "14") and
+    holds no credential's shape itself, since _reads_as_rule reads every word of it. A rule's words come
+    first ("at least 14 characters", "must not be reused"), well inside 300 characters. (A clause that runs
+    into a CRLF line's "\\r" is not found, and its value is judged alone, so redacted; one cut at the bound
+    first is judged as on an LF line.)
+    """
     if value[0] in "\"'":
         return value[1:-1]
-    clause = _CLAUSE.match(match.string, match.start(3))
+    clause = _CLAUSE.match(match.string, match.start(3), match.end(3) + _RULE_CONTEXT_CHARS)
     return clause.group() if clause else value
 
 

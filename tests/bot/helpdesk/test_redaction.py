@@ -540,3 +540,11 @@ def test_long_pastes_of_mysql_commands_and_digit_groups_are_redacted_in_linear_t
     for pasted in ("mysql -u root " * 20_000, "mysql \\" * 40_000, "mysql 'a " * 20_000):
         assert Redactor().text(pasted) == pasted  # a command is read once, not again from each later "mysql"
     assert Redactor().text("pin: " + "1 " * 40_000 + "x") == f"pin: {REDACTED} x"
+
+
+@pytest.mark.timeout(30)  # a guard against a hang, not a timing: it takes about a second, was minutes
+def test_a_long_line_repeating_secret_labels_is_redacted_in_linear_time():
+    pasted = "pin: 1 2 token = abc " * 6_000  # each label used to read the rest of its line again (quadratic)
+    assert Redactor().text(pasted) == f"pin: {REDACTED} token = {REDACTED} " * 6_000
+    rules = "Password: at least 14 characters " * 1_000  # every label's value still read as a rule, and kept
+    assert Redactor().text(rules) == rules
