@@ -177,10 +177,8 @@ def _candidates(passages: Sequence[tuple[int, dict[str, Any]]]) -> list[Candidat
         if key in seen:
             continue
         seen.add(key)
-        weight, units = _passage_score(passage), passage_units(passage)
-        candidates.extend(
-            Candidate(unit, key[0], rank, len(candidates) + n, weight, len(seen)) for n, unit in enumerate(units)
-        )
+        weight, units, start = _passage_score(passage), passage_units(passage), len(candidates)
+        candidates += [Candidate(unit, key[0], rank, start + n, weight, len(seen)) for n, unit in enumerate(units)]
     return candidates
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -259,3 +260,17 @@ async def test_asking_whether_something_can_be_expensed_is_answered_from_what_is
 
     assert "internet allowance" in internet.text and "Monthly internet allowance" in headings(internet)[0]
     assert gym.reason == TerminationReason.NOT_COVERED
+
+
+async def test_what_an_answer_quotes_of_each_passage_reads_together_under_one_cite(offline: PolicyPal) -> None:
+    """Units quoted from several passages keep each passage's reading order, one passage after the other:
+    the approval limits' rows together and cited once, not interleaved with the steps of the claim
+    procedure (each cite written again at every switch)."""
+    outcome = await answer(offline, "who approves expense claims over 500")
+
+    cites = re.findall(r"\[([^\]]+›[^\]]+)\]", outcome.text)
+    assert cites and len(cites) == len(set(cites)), outcome.text
+    rows = [outcome.text.index(row) for row in ("Up to €2,000", "Over €10,000") if row in outcome.text]
+    assert rows == sorted(rows) and len(rows) == 2, outcome.text
+    between = outcome.text[rows[0] : rows[1]]
+    assert "Spendwise" not in between and "Business Expenses Policy ›" not in between, outcome.text
