@@ -8,7 +8,8 @@ run in the same thread uses only what its readers may read.
 
 Who is in a place is read again for every reply: for a question, and when a run goes on after a
 Confirm or Cancel click (someone may have joined since the card was posted). Adapters cache member
-lists a while (``MemberLists``) and drop a place's list when someone joins it.
+lists a while (``MemberLists``) and drop a place's list when someone joins it; the join is recorded
+in the store, so every replica drops its copy too.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from bot.identity import EVERYONE
 from bot.runtime import ExpiringCache
@@ -30,6 +31,7 @@ PUBLIC: tuple[str, ...] = (EVERYONE,)
 Readers = Literal["asker", "everyone here", "members"]
 Members = tuple[UserRef, ...]
 MembersNow = Callable[[], Awaitable[Members | None]]  # a place's member list read now; None: it cannot be
+Seen = tuple[int, ...]  # the join counts a member list was read under (empty without a join log)
 
 
 @dataclass(frozen=True)
@@ -110,31 +112,93 @@ class PlaceNow:
         return audience_of(requester, shared=self.shared, members=members)
 
 
+class JoinLog(Protocol):
+    """Joins recorded where every replica reads them (the store's ``joins``): how many each place has had."""
+
+    async def record(self, place: str) -> None: ...
+
+    async def counts(self, places: Sequence[str]) -> Mapping[str, int]: ...
+
+
+@dataclass
+class _Known:
+    within: str | None  # the larger place whose joins count for this one too
+    seen: Seen = ()  # the joins the log had for both when this place's list was last looked up
+
+
 class MemberLists:
     """Each place's member list, cached ``ttl_s``; someone joining a place makes its next read fresh.
 
     ``joined`` drops the place's list, and a read already under way when someone joined is neither
     shared with later callers nor kept: it may predate the newcomer. ``within`` names a larger place
     (a team, for its channels) whose joins drop the lists of the places in it too. A list that cannot
-    be read (None) is not kept: the next caller tries again. In-process only: another replica's copy
-    ages out by its ``ttl_s``.
+    be read (None) is not kept: the next caller tries again.
+
+    With a ``joins`` log shared by the replicas, ``joined`` also records the join there, and every
+    lookup first reads the place's (and its larger place's) join counts: a list is kept under the
+    counts read before it was loaded, so one loaded before a join that any replica recorded is not
+    used again. The counts are the database's, compared for equality: no clock takes part. When the
+    log cannot be read, no cached list is trusted: the members are read afresh (and not kept).
+    Without a log, another replica's copy ages out by its ``ttl_s``. ``scope`` keeps places of
+    different platforms and workspaces apart in the log.
     """
 
-    def __init__(self, ttl_s: float, max_places: int = 1_000, clock: Callable[[], float] = time.monotonic) -> None:
-        self._lists: ExpiringCache[Hashable, Members] = ExpiringCache(ttl_s, max_places, clock)
-        self._within: OrderedDict[Hashable, Hashable | None] = OrderedDict()  # place -> the larger place
+    def __init__(
+        self,
+        ttl_s: float,
+        max_places: int = 1_000,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        joins: JoinLog | None = None,
+        scope: str = "",
+    ) -> None:
+        self._lists: ExpiringCache[tuple[str, Seen], Members] = ExpiringCache(ttl_s, max_places, clock)
+        self._places: OrderedDict[str, _Known] = OrderedDict()
         self._max_places = max_places
+        self._joins = joins
+        self._scope = scope
 
-    async def of(self, place: Hashable, load: MembersNow, *, within: Hashable | None = None) -> Members | None:
+    async def of(self, place: str, load: MembersNow, *, within: str | None = None) -> Members | None:
         """``place``'s members, cached or read by ``load`` (concurrent callers share one read)."""
-        self._within[place] = within
-        self._within.move_to_end(place)
-        while len(self._within) > self._max_places:
-            self._within.popitem(last=False)
-        return await self._lists.get_or_load(place, load)
+        known = self._remember(place, within)
+        try:
+            seen = await self._seen(place, within)
+        except Exception as exc:  # fail closed: a join may be there unseen, so no cached list is trusted
+            log.warning("the join log could not be read (%s); reading the members of %s afresh", exc, place)
+            return await load()
+        if seen != known.seen:  # someone joined since the list was read (or it is the first look)
+            self._lists.forget((place, known.seen))
+            known.seen = seen
+        return await self._lists.get_or_load((place, seen), load)
 
-    def joined(self, place: Hashable) -> None:
-        """Someone joined ``place``: its list, and those of the places within it, are read afresh next time."""
-        for key in [key for key, larger in self._within.items() if place in (key, larger)]:
-            self._lists.forget(key)
-        self._lists.forget(place)
+    async def joined(self, place: str) -> None:
+        """Someone joined ``place``: its list, and those of the places within it, are read afresh next time,
+        here and (with a join log) in every replica. Raises when the log cannot record it."""
+        for key, known in self._places.items():
+            if place in (key, known.within):
+                self._lists.forget((key, known.seen))
+        if self._joins is not None:
+            await self._joins.record(self._logged(place))
+
+    def _remember(self, place: str, within: str | None) -> _Known:
+        known = self._places.get(place)
+        if known is None or known.within != within:
+            if known is not None:
+                self._lists.forget((place, known.seen))
+            known = self._places[place] = _Known(within)
+        self._places.move_to_end(place)
+        while len(self._places) > self._max_places:
+            old, gone = self._places.popitem(last=False)
+            self._lists.forget((old, gone.seen))
+        return known
+
+    async def _seen(self, place: str, within: str | None) -> Seen:
+        """The joins the log has for ``place`` and ``within`` (one read); () without a log."""
+        if self._joins is None:
+            return ()
+        places = [self._logged(place), *([self._logged(within)] if within is not None else [])]
+        counts = await self._joins.counts(places)
+        return tuple(counts.get(logged, 0) for logged in places)
+
+    def _logged(self, place: str) -> str:
+        return f"{self._scope}:{place}" if self._scope else place

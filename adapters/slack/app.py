@@ -322,7 +322,14 @@ def _runtime(
     writer, users = SlackWriter(client, bot), UserDirectory(client, groups)
     members = None
     if members_cap is not None:
-        members = ChannelMembers(client, users, bot_user_id=bot.user_id, max_members=members_cap)
+        members = ChannelMembers(
+            client,
+            users,
+            bot_user_id=bot.user_id,
+            max_members=members_cap,
+            joins=service.store.joins,
+            workspace=bot.team_id,
+        )
     bridge = SlackBridge(service, SlackPoster(client, bot), writer, users, bot, members)
     gate = AckFirst()
     bolt = build_bolt_app(credentials, web_client(None, session, credentials.api_url), bot)
@@ -340,7 +347,9 @@ def _tell_failure(bridge: SlackBridge) -> Callable[[InboxRecord, str], Awaitable
     async def failed(item: InboxRecord, error: str) -> None:
         body = item.payload.get("body") or {}
         event = body.get("event") or {}
-        if event.get("channel") and event.get("user"):
+        if event.get("type") == "member_joined_channel":  # a join that could not be recorded: nobody asked
+            log.error("the join in %s could not be recorded (%s)", event.get("channel"), error)
+        elif event.get("channel") and event.get("user"):
             await bridge.failed(Where(str(event["channel"]), thread_of(event), str(event["user"])), item.id)
         elif body.get("type") == "block_actions" and body.get("actions"):
             click = Click.from_payload(body, body["actions"][0])
@@ -492,7 +501,7 @@ def register_listeners(bolt: AsyncApp, bridge: SlackBridge) -> None:
 
     async def on_member_joined(ack: Any, event: dict[str, Any]) -> None:
         await ack()
-        bridge.joined(event)
+        await bridge.joined(event)  # a join not recorded raises: the inbox works on the event again
 
     bolt.event("message")(on_message)
     bolt.event("app_mention")(on_message)

@@ -186,10 +186,11 @@ class SlackBridge:
         members = self.members
         return PlaceNow(shared, lambda: members.of(channel))
 
-    def joined(self, event: dict[str, Any]) -> None:
-        """Someone joined a channel: the next answer there is built for them too (its cached members dropped)."""
+    async def joined(self, event: dict[str, Any]) -> None:
+        """Someone joined a channel: the next answer there, from any replica, is built for them too (its
+        cached members dropped here, the join recorded in the store for the others)."""
         if self.members is not None and event.get("channel"):
-            self.members.joined(str(event["channel"]))
+            await self.members.joined(str(event["channel"]))
 
     # --- feedback and handoff ----------------------------------------------------------------------
 

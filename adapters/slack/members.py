@@ -4,7 +4,8 @@ Only used with ``POLICYPAL_SHARED_AUDIENCE=members``: an answer in a channel thr
 from what every member may read (bot/audience.py). Anything that stops the list being read whole
 (a missing ``channels:read``/``groups:read`` scope, an error, more members than the cap) gives None,
 and the place reads public documents only: the list fails closed, never open. A ``member_joined_channel``
-event drops the channel's list (``joined``), so the next answer there is built for the newcomer too.
+event drops the channel's list (``joined``) and records the join in the store, so the next answer
+there, from any replica, is built for the newcomer too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.users import UserDirectory
-from bot.audience import MemberLists
+from bot.audience import JoinLog, MemberLists
 from bot.types import UserRef
 
 log = logging.getLogger(__name__)
@@ -40,19 +41,22 @@ class ChannelMembers:
         max_members: int,
         ttl_s: float = MEMBERS_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        joins: JoinLog | None = None,
+        workspace: str = "",
     ) -> None:
         self._client = client
         self._users = users
         self._bot_user_id = bot_user_id
         self._max_members = max_members
-        self._lists = MemberLists(ttl_s, MAX_CHANNELS, clock)
+        self._lists = MemberLists(ttl_s, MAX_CHANNELS, clock, joins=joins, scope=f"slack:{workspace}")
 
     async def of(self, channel: str) -> tuple[UserRef, ...] | None:
         return await self._lists.of(channel, lambda: self._fetch(channel))
 
-    def joined(self, channel: str) -> None:
-        """Someone joined ``channel``: its list is read again for the next answer or click there."""
-        self._lists.joined(channel)
+    async def joined(self, channel: str) -> None:
+        """Someone joined ``channel``: its list is read again for the next answer or click there, in every
+        replica sharing ``joins``. Raises when the join cannot be recorded (the event is worked on again)."""
+        await self._lists.joined(channel)
 
     async def _fetch(self, channel: str) -> tuple[UserRef, ...] | None:
         try:

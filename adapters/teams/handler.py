@@ -227,7 +227,9 @@ class TeamsBot:
         self.options = options or TeamsOptions()
         self._tasks = BackgroundTasks("Teams")
         self._profiles: ExpiringCache[tuple[str, str], Json] = ExpiringCache(self.options.profile_ttl_s)
-        self._rosters = MemberLists(self.options.members_ttl_s)  # dropped when someone joins (membersAdded)
+        # Dropped when someone joins (membersAdded); with members audiences, in every replica through the store.
+        joins = service.store.joins if self.options.members_cap is not None else None
+        self._rosters = MemberLists(self.options.members_ttl_s, joins=joins, scope="teams")
         self._names: ExpiringCache[str, str] = ExpiringCache(self.options.profile_ttl_s)  # AAD id -> name
         self._answers = _Answers(self.options.answer_ttl_s)
         self._results = _Results(self.options.answer_ttl_s)
@@ -258,12 +260,15 @@ class TeamsBot:
 
     async def on_members_added(self, activity: Activity) -> None:
         """Welcome a user who installs the bot in personal chat; channel installs stay quiet. Someone added
-        to a team, channel or group chat drops its cached roster: the next answer there is built for them too."""
+        to a team, channel or group chat drops its cached roster, in every replica (the join is recorded in
+        the store first: raises when it cannot be, so Teams delivers the activity again): the next answer
+        there is built for them too."""
         bot_id = (activity.get("recipient") or {}).get("id")
         added = {str(member.get("id")) for member in activity.get("membersAdded") or []}
         personal = (activity.get("conversation") or {}).get("conversationType") == "personal"
-        for place in _roster_places(activity):
-            self._rosters.joined(place)
+        if not personal:  # a personal chat's reader is its one member
+            for place in _roster_places(activity):
+                await self._rosters.joined(place)
         if bot_id not in added or not personal:
             return
         if not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
@@ -612,13 +617,13 @@ class TeamsBot:
         await self._tasks.drain(self.options.drain_s)
 
 
-def _roster_places(activity: Activity) -> list[tuple[str, str]]:
+def _roster_places(activity: Activity) -> list[str]:
     """The roster cache's keys for an activity's conversation: the conversation (without its thread), then
     its team when it is a team's channel (a member added to the team reads every channel of it)."""
     conversation = str((activity.get("conversation") or {}).get("id") or "").partition(THREAD_MARKER)[0]
     team = str(((activity.get("channelData") or {}).get("team") or {}).get("id") or "")
-    tenant = tenant_of(activity)
-    return [(tenant, conversation), *([(tenant, f"team:{team}")] if team else [])]
+    tenant = tenant_of(activity)  # a GUID: no colon, so "tenant:conversation" names one place
+    return [f"{tenant}:{conversation}", *([f"{tenant}:team:{team}"] if team else [])]
 
 
 def _clicked(activity: Activity, data: Json) -> ClickedCard:

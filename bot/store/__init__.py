@@ -2,7 +2,8 @@
 
 ``Store`` is the one object a process opens; its repositories (``store.inbox``, ``store.outbox``,
 ``store.threads``, ``store.runs``, ``store.workers``, ``store.pending``, ``store.tickets``,
-``store.cases``, ``store.rates``, ``store.reports``) hand out the plain records below, never ORM rows.
+``store.cases``, ``store.rates``, ``store.joins``, ``store.reports``) hand out the plain records
+below, never ORM rows.
 ``bot.store.migrate`` (Alembic, loaded only when a database is opened or upgraded) brings a
 database to this release.
 """

@@ -3,8 +3,8 @@
 Repositories: ``inbox`` (events written before their ack), ``outbox`` (platform writes and helpdesk
 deliveries), ``threads`` (history, places), ``runs`` and ``workers`` (runs and the processes'
 heartbeats), ``pending`` (pending actions), ``tickets`` (local tickets), ``cases`` (helpdesk cases),
-``rates`` (rate windows) and ``reports`` (the operators' console's reads). ``transaction()`` lets
-writes that belong together commit together.
+``rates`` (rate windows), ``joins`` (who joined which place, for member lists) and ``reports``
+(the operators' console's reads). ``transaction()`` lets writes that belong together commit together.
 
 Statements are single statements wherever correctness across processes depends on it: a claim is
 one ``INSERT ... ON CONFLICT DO NOTHING``, a pending transition one ``UPDATE ... WHERE id = :id AND
@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from bot.store.cases import Cases
 from bot.store.engine import SchemaPolicy, open_ack_engine, open_engine
 from bot.store.inbox import InboxRows
+from bot.store.joins import PlaceJoins
 from bot.store.outbox import OutboxRows
 from bot.store.pending import PendingRows
 from bot.store.rates import RateWindows
@@ -52,6 +53,7 @@ class Store:
         self.tickets = TicketRows(engine)
         self.cases = Cases(engine)
         self.rates = RateWindows(engine)
+        self.joins = PlaceJoins(engine)
         self.reports = Reports(engine)
 
     @classmethod

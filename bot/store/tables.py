@@ -220,6 +220,21 @@ class RateWindow(Base):
     previous: Mapped[int] = mapped_column(Integer)
 
 
+class PlaceJoin(Base):
+    """Someone joined a place (a channel, a group chat, a team): one row per place, counted up by each join.
+
+    Written by whichever replica gets the platform's join event; every replica reads it before trusting
+    a cached member list (``bot.audience.MemberLists``). ``joins`` is the version a list is compared by
+    (no clock is); ``joined_at`` is the database's time of the last join, for pruning only.
+    """
+
+    __tablename__ = "place_joins"
+
+    place: Mapped[str] = mapped_column(String(512), primary_key=True)  # "slack:T1:C1", "teams:<tenant>:19:..."
+    joins: Mapped[int] = mapped_column(BigInteger)
+    joined_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
 class Handoff(Base):
     """A helpdesk case: who, where, the question and the redacted transcript. Never updated."""
 

@@ -20,6 +20,7 @@ from bot.delivery import Address
 from bot.identity import EVERYONE
 from bot.policy_tools import search_tool
 from bot.service import PRIVATE_PART_ASK, PRIVATE_PART_SENT
+from bot.store import Store
 from bot.types import Answer, Inbound, Pending, UserRef
 from retrieval import PolicyIndex
 from tests.bot.helpers import RecordingSender, service
@@ -361,7 +362,7 @@ async def test_a_member_list_being_read_when_someone_joins_is_not_kept_or_shared
 
     under_way = asyncio.create_task(lists.of("C_HR", before_the_join))
     await asyncio.sleep(0)
-    lists.joined("C_HR")
+    await lists.joined("C_HR")
     later = await lists.of("C_HR", after_the_join)
     first_read_may_end.set()
     assert await under_way == (HR_USER, HR_TOO)  # its caller asked before the join
@@ -382,7 +383,65 @@ async def test_someone_joining_a_team_drops_the_member_lists_of_its_channels_onl
 
     await lists.of("general", reader("general"), within="team")
     await lists.of("other-team's", reader("other-team's"), within="other team")
-    lists.joined("team")
+    await lists.joined("team")
     await lists.of("general", reader("general"), within="team")
     await lists.of("other-team's", reader("other-team's"), within="other team")
     assert reads == ["general", "other-team's", "general"]
+
+
+class Reads:
+    """A place's member list as the platform has it now, and how often it was read."""
+
+    def __init__(self, *members: UserRef) -> None:
+        self.members: Members = members
+        self.count = 0
+
+    async def __call__(self) -> Members:
+        self.count += 1
+        return self.members
+
+
+async def test_a_join_one_replica_records_makes_the_other_read_the_members_afresh(
+    store: Store, second_store: Store
+) -> None:
+    here = MemberLists(ttl_s=300, joins=store.joins, scope="slack:T1")  # two replicas, one database
+    there = MemberLists(ttl_s=300, joins=second_store.joins, scope="slack:T1")
+    channel = Reads(HR_USER, HR_TOO)
+    assert await there.of("C_HR", channel) == await there.of("C_HR", channel) == (HR_USER, HR_TOO)
+    channel.members = (HR_USER, HR_TOO, OUTSIDER)
+    await here.joined("C_HR")  # Bob joined; the event came to the other replica
+    assert await there.of("C_HR", channel) == (HR_USER, HR_TOO, OUTSIDER)
+    assert await there.of("C_HR", channel) == (HR_USER, HR_TOO, OUTSIDER)
+    assert channel.count == 2  # once before the join, once after it: cached in between and since
+
+
+async def test_a_team_join_one_replica_records_makes_the_other_read_its_channels_afresh(
+    store: Store, second_store: Store
+) -> None:
+    here = MemberLists(ttl_s=300, joins=store.joins, scope="teams")
+    there = MemberLists(ttl_s=300, joins=second_store.joins, scope="teams")
+    general, elsewhere, other_workspace = Reads(HR_USER), Reads(HR_USER), Reads(HR_USER)
+    elsewhere_there = MemberLists(ttl_s=300, joins=second_store.joins, scope="teams-other")
+    for _ in range(2):
+        await there.of("general", general, within="team")
+        await there.of("other-team's", elsewhere, within="other team")
+        await elsewhere_there.of("general", other_workspace, within="team")
+        await here.joined("team")
+    assert (general.count, elsewhere.count, other_workspace.count) == (2, 1, 1)
+
+
+async def test_when_the_join_log_cannot_be_read_no_cached_member_list_is_trusted(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lists = MemberLists(ttl_s=300, joins=store.joins, scope="slack:T1")
+    channel = Reads(HR_USER, HR_TOO)
+    await lists.of("C_HR", channel)
+
+    async def unreadable(places: Any) -> Any:
+        raise OSError("the database is not answering")
+
+    monkeypatch.setattr(store.joins, "counts", unreadable)
+    channel.members = (HR_USER, HR_TOO, OUTSIDER)  # someone may have joined: nobody can tell
+    assert await lists.of("C_HR", channel) == (HR_USER, HR_TOO, OUTSIDER)
+    assert await lists.of("C_HR", channel) == (HR_USER, HR_TOO, OUTSIDER)
+    assert channel.count == 3  # read afresh each time, and what was read is not kept unchecked

@@ -8,17 +8,24 @@ groups each run searched with and where each reply was posted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestServer
 
+from adapters.server import build_app
 from adapters.slack.blocks import CONFIRM
 from bot.replies import PRIVATE_PART
 from bot.service import PRIVATE_PART_SENT
+from bot.wiring import open_service
 from retrieval import Passage
-from tests.adapters.slack.test_app import SlackRig, running_slack, search
+from tests.adapters.slack.test_app import SECRET, SlackRig, running_slack, search
+from tests.bot.helpers import settings_for
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
 from tests.fakes.slack_api import event_envelope, mention_event
 from tests.scenarios.test_slack_ticket import TICKET, button, stored_where_posted
@@ -184,6 +191,61 @@ async def test_with_members_audience_someone_who_joined_the_channel_reads_the_ne
     assert len(slack.slack.calls_to("conversations.members")) == 2  # read again after the join, not from the cache
     (thread_reply,) = [reply for reply in posted[1:] if reply["channel"] == "C_HR"]
     assert "Operations" not in thread_reply.block_text and PRIVATE_PART_SENT in thread_reply.block_text
+
+
+@contextlib.asynccontextmanager
+async def another_replica(
+    rig: SlackRig, tmp_path: Path, searcher: AudienceSearcher, **settings: Any
+) -> AsyncIterator[SlackRig]:
+    """A second app on the same database and the same Slack workspace: another replica behind the load balancer."""
+    values = {
+        "slack_bot_token": rig.slack.token,
+        "slack_signing_secret": SECRET,
+        "slack_api_url": rig.slack.base_url,
+        "user_groups": GROUPS,
+        **settings,
+    }
+    config = settings_for(tmp_path, rig.model, **values)  # the same data_dir: the same database
+    service = await open_service(config, searcher=searcher)
+    app = build_app(config, service)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield replace(rig, url=str(server.make_url("")).rstrip("/"), service=service, app=app)
+    finally:
+        await server.close()
+        await service.close()
+
+
+async def test_with_members_audience_a_join_another_replica_got_makes_the_next_answer_here_for_the_newcomer(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    fake_openai.script(
+        search(),
+        text("They merge into one Operations team [Reorg Plan › Team changes]."),  # only HR people there
+        search(),
+        text("Announced on the intranet [Leave Policy › Team changes]."),  # Bob has joined
+        search(),
+        text("They merge into one Operations team [Reorg Plan › Team changes]."),  # Hana's private part
+    )
+    started, here = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
+    here.slack.members = {"C_HR": [HANA, HUGO, here.slack.bot_user_id]}
+    try:
+        async with another_replica(here, tmp_path, searcher, shared_audience="members") as there:
+            await here.send(event_envelope(mention_event(HANA, "<@UBOT> what team changes?", channel="C_HR")))
+            await here.replies(1)
+            await joins(there, BOB, "C_HR")  # Slack sent the member_joined_channel event to the other replica
+            again = mention_event(HANA, "<@UBOT> and now?", channel="C_HR")
+            await here.send(event_envelope(again))
+            (thread_reply,) = await here.replies(1, channel="C_HR", thread_ts=again["ts"])
+            assert searcher.searched_with[:2] == [("all", "hr"), ("all",)]  # the second answer is built for Bob too
+            assert PRIVATE_PART_SENT in thread_reply.block_text
+            await here.replies(1, channel=HANA)  # the HR part, privately
+    finally:
+        await anext(started, None)
+    assert searcher.searched_with == [("all", "hr"), ("all",), ("all", "hr")]  # the second thread's, then hers
+    assert len(here.slack.calls_to("conversations.members")) == 2  # read again after the join, not from the cache
 
 
 async def test_a_ticket_confirmed_after_someone_joined_the_channel_is_answered_for_them_too(

@@ -7,14 +7,19 @@ a real index in tests/bot/test_audiences.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from adapters.server import build_app
 from bot.service import PRIVATE_PART_SENT
+from bot.wiring import open_service
 from tests.adapters.slack.test_audience import AudienceSearcher
 from tests.adapters.teams.test_app import TICKET, Teams, running_teams
 from tests.fakes.bot_connector import ALICE, CHANNEL, TENANT
@@ -127,6 +132,47 @@ async def test_with_members_audience_someone_added_to_the_team_reads_the_next_ch
         roster_reads = [member for _, member in harness.channel.member_lookups if member == "*"]
     assert searcher.searched_with == [("all", "hr"), ("all",), ("all", "hr")]
     assert roster_reads == ["*", "*"]  # read again after the join, not from the cache
+    said = json.dumps(in_channel[-1].json)
+    assert len(in_channel) == 2 and PRIVATE_PART_SENT in said and "merge" not in said
+
+
+@contextlib.asynccontextmanager
+async def another_replica(harness: Teams, searcher: AudienceSearcher) -> AsyncIterator[Teams]:
+    """A second app on the same database, talking to the same channel: another replica behind the load balancer."""
+    service = await open_service(harness.settings, searcher=searcher)  # the same settings: the same database
+    runner = web.AppRunner(build_app(harness.settings, service), shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield replace(harness, url=f"http://127.0.0.1:{runner.addresses[0][1]}/api/messages", service=service)
+    finally:
+        await runner.cleanup()
+        await service.close()
+
+
+async def test_with_members_audience_a_join_another_replica_got_makes_the_next_channel_answer_here_for_them(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    script(
+        fake_openai,
+        "They merge [Reorg Plan › Team changes].",  # Alice, Bob and Gwen: all in HR
+        "Announced on the intranet [Leave Policy › Team changes].",  # Dave has joined
+        "They merge [Reorg Plan › Team changes].",  # Alice's private part
+    )
+    async for here in started(
+        tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE, shared_audience="members"
+    ):
+        async with another_replica(here, searcher) as there:
+            await ask_in_channel(here)
+            await dave_joins_the_team(there)  # Teams sent the conversationUpdate to the other replica
+            await here.post(here.channel.channel_message("and now?", sender=ALICE))
+            await here.reply(count=2)
+            await here.settle()
+            in_channel = [m for m in here.channel.messages() if m.conversation_id.startswith(CHANNEL)]
+            roster_reads = [member for _, member in here.channel.member_lookups if member == "*"]
+    assert searcher.searched_with[:2] == [("all", "hr"), ("all",)]  # the second answer was built for Dave too
+    assert roster_reads == ["*", "*"]  # read again after the join, not from this replica's cache
     said = json.dumps(in_channel[-1].json)
     assert len(in_channel) == 2 and PRIVATE_PART_SENT in said and "merge" not in said
 

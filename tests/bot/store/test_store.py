@@ -5,10 +5,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 
 from bot.store import Rating, Store
+from bot.store.tables import PlaceJoin
 from bot.types import TerminationReason
 from tests.databases import Database
 
@@ -296,6 +297,29 @@ async def test_running_runs_lists_unfinished_runs_by_owner(store: Store) -> None
     )
     assert sorted(run.id for run in await store.runs.unfinished()) == ["r1", "r2"]
     assert [run.id for run in await store.runs.unfinished(owner="host-1:100")] == ["r1"]
+
+
+async def test_joins_recorded_by_two_processes_at_once_are_each_counted_in_one_row_per_place(
+    store: Store, second_store: Store
+) -> None:
+    long_name = "teams:t:19:" + "x" * 600  # longer than the column: kept as its digest
+    places = ["slack:T1:C1"] * 6 + ["slack:T1:C2", long_name]
+    await asyncio.gather(*((store if n % 2 else second_store).joins.record(p) for n, p in enumerate(places)))
+    assert await store.joins.counts(["slack:T1:C1", "slack:T1:C2", "slack:T1:C3", long_name]) == {
+        "slack:T1:C1": 6, "slack:T1:C2": 1, long_name: 1,
+    }  # fmt: skip
+    async with store.transaction() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM place_joins"))).scalar_one() == 3
+
+
+async def test_joins_prune_forgets_only_places_nobody_joined_for_a_day(store: Store) -> None:
+    await store.joins.record("teams:t:19:old")
+    await store.joins.record("teams:t:19:new")
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    async with store.transaction() as conn:
+        await conn.execute(update(PlaceJoin).where(PlaceJoin.place == "teams:t:19:old").values(joined_at=two_days_ago))
+    assert await store.joins.prune() == 1
+    assert await store.joins.counts(["teams:t:19:old", "teams:t:19:new"]) == {"teams:t:19:new": 1}
 
 
 async def test_data_survives_reopening_the_database(store: Store, database: Database) -> None:
