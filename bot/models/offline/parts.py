@@ -188,6 +188,7 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
 AMOUNT_WORDS = frozenset(
     {"max", "maximum", "min", "minimum", "limit", "limits", "cap", "caps", "ceiling", "many", "much", "long", "often"}
     | {"per"}
+    | {"deadline", "deadlines", "cutoff", "cutoffs"}  # a limit in time: "what's the cutoff?" names no topic
 )
 # Conditions on whatever is asked about: "am I eligible if I only started 2 months ago?"
 _CONDITION_WORDS = frozenset(
