@@ -1,21 +1,25 @@
 """Every Web API call PolicyPal makes, on slack_sdk's client.
 
 Retries of rate limits (honouring Retry-After), 500/503 and dropped connections within one call are
-the client's retry handlers' job (see ``web_client``). ``SlackWriter`` makes the writes the outbox
-sends and raises what still fails as a ``RemoteError`` whose kind says whether trying again can help
-(the outbox retries, or hands the write to a person). ``SlackPoster`` makes the calls a reply can do
-without (a permalink, the status line, suggested prompts): they never raise.
+the client's retry handlers' job (see ``web_client``), except for chat.startStream: a stream the first
+try began would be left unfinished beside the one a second try begins, so the sender looks for it
+instead (adapters/slack/streaming.py). ``SlackWriter`` makes the writes the outbox sends and raises
+what still fails as a ``RemoteError`` whose kind says whether trying again can help (the outbox
+retries, or hands the write to a person); ``UncertainWrite`` when Slack may have done it all the same.
+``SlackPoster`` makes the calls a reply can do without (a permalink, the status line, suggested
+prompts): they never raise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -80,6 +84,29 @@ def as_remote(exc: BaseException, method: str, channel: str) -> RemoteError:
     return RemoteError(f"Slack {method} in {channel}: {type(exc).__name__}: {exc}", kind="protocol")
 
 
+# Slack's own word that the work may have been done in part before the error ("It's possible some aspect of
+# the operation succeeded before the error was raised"), whatever the HTTP status.
+PARTLY_DONE_ERRORS = frozenset({"internal_error", "fatal_error"})
+
+
+class UncertainWrite(RemoteError):
+    """A write that failed where Slack may have carried it out all the same: no answer in time, a dropped
+    connection, a 5xx, or an error Slack says can follow part of the work. Look before writing again."""
+
+
+def may_have_written(exc: BaseException) -> bool:
+    """Whether a failed call may nevertheless have been carried out by Slack.
+
+    Only an answer proves that nothing was done: ``ok: false`` with an error code (``feature_not_enabled``,
+    ``ratelimited``, ...) below HTTP 500, other than the two Slack says can come after part of the work;
+    or a failure before the request left (no connection could be made, arguments the client refused).
+    """
+    if isinstance(exc, SlackApiError):
+        error = exc.response.get("error")
+        return exc.response.status_code >= 500 or not error or error in PARTLY_DONE_ERRORS
+    return not isinstance(exc, aiohttp.ClientConnectorError | SlackRequestError)
+
+
 def may_have_posted(row: DeliveryRecord, delivery: Delivery) -> bool:
     """Whether an earlier attempt at this row may have posted without it being recorded, so the thread is
     looked at (``SlackWriter.find``) before posting.
@@ -98,9 +125,13 @@ class SlackWriter:
     look for a post it may already have made (``find``) instead of making it twice.
     """
 
-    def __init__(self, client: AsyncWebClient, bot: BotIdentity) -> None:
+    def __init__(self, client: AsyncWebClient, bot: BotIdentity, *, timeout_s: float = API_TIMEOUT_S) -> None:
         self.client = client
         self.bot = bot
+        # slack_sdk applies its own timeout only to sessions it makes; on a shared one, a call waits as long
+        # as the session lets it. Starting a stream gets this deadline, so an unanswered start is looked into.
+        self.timeout_s = timeout_s
+        self._once = _without_retries(client)  # for chat.startStream: one try, see the module's docstring
 
     async def post(self, channel: str, thread_ts: str | None, message: SlackMessage, *, row: int, part: int) -> str:
         """Post in a thread (or the channel); the new message's ts."""
@@ -108,7 +139,11 @@ class SlackWriter:
         extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
         try:
             response = await self.client.chat_postMessage(
-                channel=channel, unfurl_links=False, unfurl_media=False, metadata=metadata, **extra,
+                channel=channel,
+                unfurl_links=False,
+                unfurl_media=False,
+                metadata=metadata,
+                **extra,
                 **message.payload(),
             )
         except Exception as exc:
@@ -131,14 +166,24 @@ class SlackWriter:
             raise self._refused("chat.postEphemeral", exc, channel) from None
 
     async def start_stream(self, channel: str, thread_ts: str, user: str, markdown: str) -> str:
-        """Begin a streamed reply in a thread, to ``user`` (Slack needs the recipient outside a DM); its ts."""
+        """Begin a streamed reply in a thread, to ``user`` (Slack needs the recipient outside a DM); its ts.
+
+        Tried once (rate limits aside), within ``timeout_s``. Raises ``UncertainWrite`` when Slack may have
+        begun the stream all the same (``may_have_written``): the caller looks for it in the thread."""
+        start = self._once.chat_startStream(
+            channel=channel,
+            thread_ts=thread_ts,
+            markdown_text=markdown,
+            recipient_user_id=user or None,
+            recipient_team_id=self.bot.team_id if user else None,
+        )
         try:
-            response = await self.client.chat_startStream(
-                channel=channel, thread_ts=thread_ts, markdown_text=markdown,
-                recipient_user_id=user or None, recipient_team_id=self.bot.team_id if user else None,
-            )
+            response = await asyncio.wait_for(start, self.timeout_s)
         except Exception as exc:
-            raise self._refused("chat.startStream", exc, channel) from None
+            refused = self._refused("chat.startStream", exc, channel)
+            if may_have_written(exc):
+                raise UncertainWrite(str(refused), kind=refused.kind, status=refused.status) from None
+            raise refused from None
         return str(response["ts"])
 
     async def append_stream(self, channel: str, ts: str, markdown: str) -> None:
@@ -157,19 +202,31 @@ class SlackWriter:
 
     async def find(self, channel: str, thread_ts: str | None, *, row: int, part: int) -> str | None:
         """The ts of a message this row's earlier attempt posted, if Slack has it."""
+        messages = await self.replies(channel, thread_ts)
+        if messages is None:  # cannot look: posting again risks a duplicate, not posting risks silence
+            log.warning("could not look in the thread in %s; posting again", channel)
+            return None
+        return posted(messages, row=row, part=part)
+
+    async def replies(
+        self, channel: str, thread_ts: str | None, *, oldest: str | None = None
+    ) -> list[dict[str, Any]] | None:
+        """A thread's messages with their metadata, oldest first: the first 200, or with ``oldest`` (a ts)
+        the first 200 after it; None when Slack cannot be asked (logged)."""
+        extra: dict[str, Any] = {"oldest": oldest} if oldest else {}
         try:
             response = await self.client.conversations_replies(
-                channel=channel, ts=thread_ts or "", include_all_metadata=True, limit=200
+                channel=channel, ts=thread_ts or "", include_all_metadata=True, limit=200, **extra
             )
-        except Exception as exc:  # cannot look: posting again risks a duplicate, not posting risks silence
-            log.warning("conversations.replies failed in %s: %s; posting again", channel, slack_error(exc))
+        except Exception as exc:
+            log.warning("conversations.replies failed in %s: %s", channel, slack_error(exc))
             return None
-        for message in response.get("messages") or []:
-            metadata = message.get("metadata") or {}
-            payload = metadata.get("event_payload") or {}
-            if metadata.get("event_type") == METADATA_TYPE and payload == {"row": row, "part": part}:
-                return str(message["ts"])
-        return None
+        return [m for m in response.get("messages") or [] if isinstance(m, dict)]
+
+    def is_ours(self, message: dict[str, Any]) -> bool:
+        """Whether a message from conversations.replies is this bot's."""
+        user, bot = message.get("user"), message.get("bot_id")
+        return bool(user and user == self.bot.user_id) or bool(bot and bot == self.bot.bot_id)
 
     def _refused(self, method: str, exc: Exception, channel: str) -> RemoteError:
         remote = as_remote(exc, method, channel)
@@ -177,9 +234,40 @@ class SlackWriter:
             log.error(
                 "Slack %s failed in channel %s: %s. Invite the bot there (/invite @%s), or check that "
                 "SLACK_BOT_TOKEN belongs to the workspace the events come from (%s).",
-                method, channel, slack_error(exc), self.bot.name or "PolicyPal", self.bot.team_id,
+                method,
+                channel,
+                slack_error(exc),
+                self.bot.name or "PolicyPal",
+                self.bot.team_id,
             )
         return remote
+
+
+def posted(messages: Sequence[dict[str, Any]], *, row: int, part: int) -> str | None:
+    """The ts of the message carrying this row's part in its metadata (put on by a post or a stream's stop)."""
+    for message in messages:
+        if row_part(message) == (row, part):
+            return str(message["ts"])
+    return None
+
+
+def row_part(message: dict[str, Any]) -> tuple[int, int] | None:
+    """The outbox row and part a message's metadata names; None for a message without ours (a stream not
+    yet stopped, someone else's message)."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != METADATA_TYPE:
+        return None
+    payload = metadata.get("event_payload")
+    if not isinstance(payload, dict) or set(payload) != {"row", "part"}:
+        return None
+    return payload["row"], payload["part"]
+
+
+def _without_retries(client: AsyncWebClient) -> AsyncWebClient:
+    """The same client (token, session, URL) whose only retries are rate limits', which Slack did not act on."""
+    once = copy.copy(client)
+    once.retry_handlers = [h for h in client.retry_handlers if isinstance(h, AsyncRateLimitErrorRetryHandler)]
+    return once
 
 
 class SlackPoster:

@@ -9,13 +9,23 @@ it. Every model (the offline and scripted ones too) streams the same way.
 Exactly once, as a post is: the stream's ts is saved on the outbox row (``Delivery.save``) as soon as
 startStream answers, so a retry in any process finishes that same message with chat.update instead of
 starting another; stopStream puts the row's metadata on the message, so ``SlackWriter.find`` sees it
-after a crash like any post. Only a crash between startStream's answer and that save can leave an
-unfinished stream beside the retried reply.
+after a crash like any post. A stream Slack began without its ts reaching the row (startStream's answer
+lost to a timeout, a dropped connection or a 5xx; a crash before the save) has no metadata yet, so it is
+looked for as what it is: a message of this bot in the thread without metadata, its text the first
+chunk, after the thread's first message and posted since the row was committed (conversations.replies
+from ``CLOCK_SKEW_S`` before it, for clocks that differ). The look comes right after such a failure (only
+an answer with an error code proves nothing was begun), and in any later attempt that may follow one
+(``may_have_posted``) with no stream saved, after ``find``; a stream found is saved on the row and
+finished like one that broke off. startStream is tried once (slack_sdk's retry handlers do not repeat
+it, rate limits aside), so an attempt begins one stream at most. Still left unfinished beside a reply
+posted whole: a stream Slack shows only after the look (it was still starting it), or one in a thread
+that cannot be read then (conversations.replies failing).
 
 On any stream error the answer still arrives whole: the stream the message began is stopped (so Slack
 stops showing it as being written) and the message replaced by chat.update (Slack ends a stream that ran
-too long, python-slack-sdk #1859), or, when none was started, a plain post. A workspace where streaming
-is not available (not an AI app) is remembered, so the process stops trying.
+too long, python-slack-sdk #1859), or, when none was started (Slack refused startStream with an error
+code, or none is in the thread), a plain post. A workspace where streaming is not available (not an AI
+app) is remembered, so the process stops trying.
 """
 
 from __future__ import annotations
@@ -24,9 +34,10 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from adapters.slack.blocks import Block, SlackMessage
-from adapters.slack.post import SlackWriter, may_have_posted
+from adapters.slack.post import SlackWriter, UncertainWrite, may_have_posted, row_part
 from bot.delivery import Delivery
 from bot.errors import RemoteError
 from bot.store import DeliveryRecord
@@ -35,6 +46,8 @@ log = logging.getLogger(__name__)
 
 CHUNK_CHARS = 320  # about a sentence or two: enough to read as it appears, few calls for a whole answer
 PACE_S = 0.08  # between appends, so the answer is seen being written; ~1 s for a 4,000-character answer
+# How far Slack's clock (a message's ts) may be behind ours (the row's created_at) when looking for a stream.
+CLOCK_SKEW_S = 60.0
 # What startStream answers where streaming cannot work at all: stop trying in this process.
 NOT_AVAILABLE = frozenset(
     {
@@ -87,12 +100,20 @@ class SlackStreams:
         if started is not None:  # an earlier attempt began this message: finish it, never start another
             await self._replace(channel, started, answer, row.id)
             return started
-        if may_have_posted(row, delivery) and (found := await self._writer.find(channel, thread, row=row.id, part=0)):
-            return found
         pieces = chunks(answer.markdown)
+        if may_have_posted(row, delivery):
+            if found := await self._writer.find(channel, thread, row=row.id, part=0):
+                return found  # finished (stopped, or posted whole) by an earlier attempt
+            if begun := await self._begun(channel, thread, row, pieces[0]):
+                return await self._finish(channel, begun, answer, row.id, delivery)
         try:
             ts = await self._writer.start_stream(channel, thread, user, pieces[0])
-        except RemoteError as exc:
+        except UncertainWrite as exc:  # Slack may have begun it: finish that one rather than post beside it
+            log.warning("slack post %s: %s; looking in the thread for a stream it began", row.id, exc)
+            if begun := await self._begun(channel, thread, row, pieces[0]):
+                return await self._finish(channel, begun, answer, row.id, delivery)
+            return await self._writer.post(channel, thread, answer.whole, row=row.id, part=0)
+        except RemoteError as exc:  # refused, with Slack's error code: nothing was started
             self._unavailable(exc)
             return await self._writer.post(channel, thread, answer.whole, row=row.id, part=0)
         await delivery.save(json.dumps({"stream": ts}))
@@ -101,6 +122,32 @@ class SlackStreams:
         except RemoteError as exc:
             log.warning("slack post %s: the stream failed (%s); the answer replaces it whole", row.id, exc)
             await self._replace(channel, ts, answer, row.id)
+        return ts
+
+    async def _begun(self, channel: str, thread: str, row: DeliveryRecord, first: str) -> str | None:
+        """The ts of a stream this row began and never finished, if the thread shows one: this bot's message,
+        without outbox metadata (stopStream puts it on), its text ``first`` (the first chunk), after the
+        thread's first message and posted since the row was committed (after the question it answers).
+        The newest, were there ever more than one; None when there is none, or the thread cannot be read."""
+        since = row.created_at.timestamp() - CLOCK_SKEW_S
+        messages = await self._writer.replies(channel, thread, oldest=f"{since:.6f}")  # the newest only
+        first = _words(first)
+        begun = [
+            str(m["ts"])
+            for m in messages or []
+            if self._writer.is_ours(m)
+            and row_part(m) is None
+            and _after(str(m.get("ts") or ""), thread)
+            and first in {_words(str(m.get("text") or "")), *_markdown(m)}
+        ]
+        return begun[-1] if begun else None
+
+    async def _finish(self, channel: str, ts: str, answer: StreamedAnswer, row: int, delivery: Delivery) -> str:
+        """A stream found unfinished, made this row's: saved on it (as a stream that answered is), then
+        stopped and replaced by the whole answer, as one that broke off is."""
+        log.warning("slack post %s: finishing the stream %s a try began (its start went unanswered)", row, ts)
+        await delivery.save(json.dumps({"stream": ts}))
+        await self._replace(channel, ts, answer, row)
         return ts
 
     async def _replace(self, channel: str, ts: str, answer: StreamedAnswer, row: int) -> None:
@@ -126,6 +173,25 @@ class SlackStreams:
             self.available = False
         else:
             log.warning("chat.startStream failed (%s): this answer is posted whole", exc)
+
+
+def _words(text: str) -> str:
+    """Text compared as words: Slack may trim what ends a chunk (a space, a line break)."""
+    return " ".join(text.split())
+
+
+def _markdown(message: dict[str, Any]) -> set[str]:
+    """The text of a message's markdown blocks, as words (Slack may show a stream's text as one)."""
+    blocks = message.get("blocks") or []
+    return {_words(str(b.get("text") or "")) for b in blocks if isinstance(b, dict) and b.get("type") == "markdown"}
+
+
+def _after(ts: str, thread: str) -> bool:
+    """Whether ``ts`` is later than the thread's ``thread`` (the question, or the thread's first message)."""
+    try:
+        return float(ts) > float(thread)
+    except ValueError:
+        return False
 
 
 def _started(progress: str | None) -> str | None:

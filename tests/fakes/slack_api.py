@@ -7,15 +7,24 @@ The app under test uses the real ``slack_sdk`` client, pointed here by ``SLACK_A
         ...
         slack.fail("chat.postMessage", "channel_not_found")       # the next call gets this error
         slack.rate_limit("chat.postMessage", retry_after=0)        # a 429 with Retry-After
+        slack.lose_answer("chat.startStream", late_s=60)           # done by Slack, the answer never in time
         posted = await slack.wait_for("chat.postMessage", 2)       # calls arrive after the ack
 
 Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update,
 chat.startStream / appendStream / stopStream (``FakeSlackAPI(streaming=True)``; the text streamed and the
 blocks put under it are in ``streams``; without it startStream is refused as in a workspace without AI apps),
-chat.postEphemeral, chat.getPermalink, conversations.members, assistant.threads.setStatus / setSuggestedPrompts and
-apps.connections.open (with the app-level token), the way
+chat.postEphemeral, chat.getPermalink, conversations.members, conversations.replies, assistant.threads.setStatus /
+setSuggestedPrompts and apps.connections.open (with the app-level token), the way
 Slack does (``{"ok": false, "error": ...}`` with HTTP 200 for API errors, 429 for rate limits). A wrong
 token gets ``invalid_auth``; an unknown method gets ``unknown_method`` and is recorded in ``problems``.
+
+The bot's messages are in their threads (``threads``) as conversations.replies shows them: ``user`` the bot,
+``bot_id``, the text, and the metadata they were posted with. A stream is such a message from startStream on,
+with the text so far and no metadata until stopStream puts it on; chat.update changes a message in place.
+``ts`` counts up from 1700000001.000100 so tests can name them; ``FakeSlackAPI(clock=time.time)`` takes them from
+a clock, as Slack does (its ts is the time it took the message), for code that compares them with its own time.
+``lose_answer`` makes a call take effect and its answer go missing (late, dropped, or a 5xx), as happens
+when Slack did the work and the network or Slack failed after.
 A message or view Slack would refuse (Block Kit that slack_sdk's models reject, or over Slack's limits:
 tests/fakes/conformance.py) gets ``invalid_blocks``, ``msg_too_long`` or ``msg_blocks_too_long`` and is
 recorded in ``violations``; the test that sent it fails at teardown.
@@ -32,6 +41,7 @@ For a server under test in another process, ``FakeSlackAPI.start_in_thread()`` .
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -99,6 +109,16 @@ class ScriptedError:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LostAnswer:
+    """How the answer of a call Slack carried out goes missing (``lose_answer``)."""
+
+    late_s: float | None = None  # it comes this late (past the client's timeout), or when the fake closes
+    drop: bool = False  # the connection is dropped instead
+    status: int = 500  # else this HTTP status, with ``error``
+    error: str = "internal_error"
+
+
 @dataclass
 class FakeUser:
     id: str
@@ -138,6 +158,7 @@ class FakeSlackAPI(LoopbackServer):
         app_token: str = "xapp-1-A0APP-1-fake",
         port: int = 0,
         streaming: bool = False,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.token = token
         self.app_token = app_token
@@ -155,6 +176,10 @@ class FakeSlackAPI(LoopbackServer):
         self._delays: dict[str, float] = {}
         self._delays_when: list[tuple[str, float, Callable[[dict[str, Any]], bool]]] = []  # see ``slow_when``
         self._ts = itertools.count(1)
+        self._clock = clock  # ts from this clock (strictly increasing), else counted
+        self._last_ts = 0.0
+        self._lost: dict[str, deque[LostAnswer]] = defaultdict(deque)
+        self._closing = asyncio.Event()  # ends the wait of late answers
         self._port = port
         self.streaming = streaming  # chat.startStream available (an AI app); else refused with STREAMING_OFF
         self.streams: dict[str, FakeStream] = {}  # ts -> a streamed message, as a reader sees it
@@ -162,6 +187,7 @@ class FakeSlackAPI(LoopbackServer):
         self.sockets: list[web.WebSocketResponse] = []  # open Socket Mode connections, oldest first
         self._tickets: set[str] = set()
         self.threads: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)  # (channel, thread) -> posts
+        self._messages: dict[tuple[str, str], dict[str, Any]] = {}  # (channel, ts) -> the bot's message, in its thread
 
     # --- script ----------------------------------------------------------------------------------
 
@@ -196,6 +222,22 @@ class FakeSlackAPI(LoopbackServer):
     def rate_limit(self, method: str, *, retry_after: int = 0, times: int = 1) -> None:
         """Slack's rate-limit answer: HTTP 429, ``error: ratelimited`` and a Retry-After header."""
         self.fail(method, "ratelimited", times=times, status=429, **{"Retry-After": str(retry_after)})
+
+    def lose_answer(
+        self,
+        method: str,
+        *,
+        late_s: float | None = None,
+        drop: bool = False,
+        status: int = 500,
+        error: str = "internal_error",
+        times: int = 1,
+    ) -> None:
+        """The next ``times`` calls of ``method`` are carried out (the message posted, the stream begun) and
+        their answer goes missing: it comes ``late_s`` seconds late (or when the fake closes), past the
+        client's timeout; or the connection is dropped (``drop``); or it is HTTP ``status`` with ``error``
+        (a 5xx after the work was done). The call is recorded with the answer Slack meant to give."""
+        self._lost[method].extend(LostAnswer(late_s, drop, status, error) for _ in range(times))
 
     # --- inspection ------------------------------------------------------------------------------
 
@@ -291,11 +333,16 @@ class FakeSlackAPI(LoopbackServer):
     # --- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> FakeSlackAPI:
+        self._closing = asyncio.Event()
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_get("/link/", self._link)
         app.on_shutdown.append(self._close_sockets)
         return await self._listen(app)
+
+    async def close(self) -> None:
+        self._closing.set()  # late answers give up waiting
+        await super().close()
 
     # --- serving ---------------------------------------------------------------------------------
 
@@ -330,14 +377,47 @@ class FakeSlackAPI(LoopbackServer):
             self.problems.append(f"unknown method {method}")
             return web.json_response({"ok": False, "error": "unknown_method"})
         call.answer.update({"ok": True, **answer(params)})  # an answer may say ok: false (a refusal it decides)
+        if self._lost[method]:  # done, as above; what the client gets is not that answer
+            return await self._lose(request, call.answer, self._lost[method].popleft())
         return web.json_response(call.answer, headers={"x-oauth-scopes": "chat:write"})
+
+    async def _lose(self, request: web.Request, answer: dict[str, Any], lost: LostAnswer) -> web.Response:
+        if lost.drop:
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=500)  # never read: the connection is gone
+        if lost.late_s is None:
+            return web.json_response({"ok": False, "error": lost.error}, status=lost.status)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), lost.late_s)
+        return web.json_response(answer, headers={"x-oauth-scopes": "chat:write"})
 
     def _authorized(self, request: web.Request, params: dict[str, Any], *, app_level: bool) -> bool:
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ") or params.get("token", "")
         return sent == (self.app_token if app_level else self.token)
 
     def _next_ts(self) -> str:
-        return f"{1_700_000_000 + next(self._ts)}.000100"
+        if self._clock is None:
+            return f"{1_700_000_000 + next(self._ts)}.000100"
+        self._last_ts = max(self._clock(), self._last_ts + 0.000001)
+        return f"{self._last_ts:.6f}"
+
+    def _add_message(self, channel: str, thread_ts: str, ts: str, text: str, metadata: Any) -> dict[str, Any]:
+        """The bot's message in its thread, as conversations.replies shows it (metadata only when it has some)."""
+        message: dict[str, Any] = {
+            "type": "message",
+            "ts": ts,
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "text": text,
+        }
+        if thread_ts != ts:
+            message["thread_ts"] = thread_ts
+        if metadata:
+            message["metadata"] = metadata
+        self.threads[(channel, thread_ts)].append(message)
+        self._messages[(channel, ts)] = message
+        return message
 
     def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -364,9 +444,9 @@ class FakeSlackAPI(LoopbackServer):
         channel = str(params.get("channel"))
         channel = "D" + channel[1:] if channel.startswith(("U", "W")) else channel  # a user id: their DM
         ts = self._next_ts()
-        message = {"ts": ts, "text": params.get("text", ""), "metadata": params.get("metadata")}
-        self.threads[(channel, str(params.get("thread_ts") or ts))].append(message)
-        return {"channel": channel, "ts": ts, "message": {"ts": ts, "text": params.get("text", "")}}
+        text = str(params.get("text", ""))
+        self._add_message(channel, str(params.get("thread_ts") or ts), ts, text, params.get("metadata"))
+        return {"channel": channel, "ts": ts, "message": {"ts": ts, "text": text}}
 
     def _conversations_members(self, params: dict[str, Any]) -> dict[str, Any]:
         """A channel's member ids, ``limit`` per page with Slack's cursor (the offset, here)."""
@@ -375,15 +455,29 @@ class FakeSlackAPI(LoopbackServer):
             return {"ok": False, "error": "channel_not_found"}
         start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
         more = start + limit < len(ids)
-        return {"members": ids[start : start + limit],
-                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
+        return {
+            "members": ids[start : start + limit],
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
 
     def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A thread's messages as posted, with their metadata when ``include_all_metadata`` is set."""
-        messages = list(self.threads.get((str(params.get("channel")), str(params.get("ts"))), []))
+        """A thread's messages as they are now, oldest first, with their metadata when ``include_all_metadata``
+        is set: only those after ``oldest`` and before ``latest`` (``inclusive``: or at them), ``limit`` of them."""
+        messages = sorted(
+            self.threads.get((str(params.get("channel")), str(params.get("ts"))), []), key=lambda m: float(m["ts"])
+        )
+        inclusive = str(params.get("inclusive")).lower() in ("true", "1")
+        if params.get("oldest"):
+            oldest = float(params["oldest"])
+            messages = [m for m in messages if float(m["ts"]) > oldest or (inclusive and float(m["ts"]) == oldest)]
+        if params.get("latest"):
+            latest = float(params["latest"])
+            messages = [m for m in messages if float(m["ts"]) < latest or (inclusive and float(m["ts"]) == latest)]
+        limit = int(params.get("limit") or 1000)
+        more, messages = len(messages) > limit, messages[:limit]
         if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
             messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
-        return {"messages": messages, "has_more": False}
+        return {"messages": [dict(m) for m in messages], "has_more": more}
 
     def _chat_startStream(self, params: dict[str, Any]) -> dict[str, Any]:
         """A streamed reply begins (in a thread; outside a DM Slack needs the recipient user and team)."""
@@ -395,7 +489,9 @@ class FakeSlackAPI(LoopbackServer):
         if not channel.startswith("D") and not (params.get("recipient_user_id") and params.get("recipient_team_id")):
             return {"ok": False, "error": "missing_recipient"}
         ts = self._next_ts()
-        self.streams[ts] = FakeStream(channel, str(params["thread_ts"]), str(params.get("markdown_text") or ""))
+        stream = FakeStream(channel, str(params["thread_ts"]), str(params.get("markdown_text") or ""))
+        self.streams[ts] = stream
+        self._add_message(channel, stream.thread_ts, ts, stream.text, None)  # in the thread at once, being written
         return {"channel": channel, "ts": ts}
 
     def _chat_appendStream(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -403,21 +499,27 @@ class FakeSlackAPI(LoopbackServer):
         if stream is None or stream.stopped:
             return {"ok": False, "error": "message_not_in_streaming_state"}
         stream.text += str(params.get("markdown_text") or "")
+        self._messages[(stream.channel, str(params.get("ts")))]["text"] = stream.text
         return {"channel": stream.channel, "ts": params.get("ts")}
 
     def _chat_stopStream(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The stream ends: its blocks (feedback, sources) below the text; now a message in its thread."""
+        """The stream ends: its blocks (feedback, sources) below the text, its metadata on the message."""
         ts = str(params.get("ts"))
         stream = self.streams.get(ts)
         if stream is None or stream.stopped:
             return {"ok": False, "error": "message_not_in_streaming_state"}
         stream.text += str(params.get("markdown_text") or "")
         stream.blocks, stream.stopped = list(params.get("blocks") or []), True
-        message = {"ts": ts, "text": stream.text, "metadata": params.get("metadata")}
-        self.threads[(stream.channel, stream.thread_ts)].append(message)
-        return {"channel": stream.channel, "ts": ts, "message": message}
+        message = self._messages[(stream.channel, ts)]
+        message["text"] = stream.text
+        if params.get("metadata"):
+            message["metadata"] = params["metadata"]
+        return {"channel": stream.channel, "ts": ts, "message": dict(message)}
 
     def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        message = self._messages.get((str(params.get("channel")), str(params.get("ts"))))
+        if message is not None and "text" in params:  # omitting text (or blocks) keeps the old
+            message["text"] = params["text"]
         return {"channel": params.get("channel"), "ts": params.get("ts"), "text": params.get("text", "")}
 
     def _chat_postEphemeral(self, params: dict[str, Any]) -> dict[str, Any]:
