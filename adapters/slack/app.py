@@ -52,7 +52,7 @@ from adapters.slack.intake import (
     retry_headers,
 )
 from adapters.slack.members import ChannelMembers
-from adapters.slack.post import SlackPoster, SlackWriter, slack_error, web_client
+from adapters.slack.post import SlackPoster, SlackWriter, slack_error, slack_session, web_client
 from adapters.slack.sender import SlackSender
 from adapters.slack.tasks import AckFirst
 from adapters.slack.users import UserDirectory
@@ -293,7 +293,7 @@ async def start_slack(
     ``members_cap``: answer in channels from what every member may read (channels with up to that
     many members); None: from public documents.
     """
-    session = aiohttp.ClientSession()
+    session = slack_session()
     try:
         client = web_client(credentials.bot_token, session, credentials.api_url)
         bot = await verify_token(client)

@@ -43,6 +43,13 @@ API_TIMEOUT_S = 15
 NICE_TO_HAVE_S = 2.0
 
 
+def slack_session(timeout_s: float = API_TIMEOUT_S) -> aiohttp.ClientSession:
+    """The one HTTP session the Slack client shares, with each call's deadline on it: slack_sdk applies its
+    own ``timeout`` only to sessions it makes, so on a plain shared session a call could wait aiohttp's
+    default five minutes (an outbox write, a member-list read, the token check at start-up)."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+
+
 def web_client(token: str | None, session: aiohttp.ClientSession, api_url: str | None) -> AsyncWebClient:
     """slack_sdk's async client on one shared session, with its built-in retry handlers."""
     base_url = api_url or DEFAULT_API_URL
