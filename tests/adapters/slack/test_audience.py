@@ -165,10 +165,8 @@ async def joins(slack: SlackRig, user: str, channel: str) -> None:
     raise AssertionError("the member_joined_channel event was never worked on")
 
 
-async def test_with_members_audience_someone_who_joined_the_channel_reads_the_next_answer_there(
-    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    searcher = AudienceSearcher()
+def script_before_and_after_bob_joins(fake_openai: FakeOpenAI) -> None:
+    """The model's answers: for HR people only, then for the channel Bob joined, then Hana's private part."""
     fake_openai.script(
         search(),
         text("They merge into one Operations team [Reorg Plan › Team changes]."),  # only HR people there
@@ -177,6 +175,13 @@ async def test_with_members_audience_someone_who_joined_the_channel_reads_the_ne
         search(),
         text("They merge into one Operations team [Reorg Plan › Team changes]."),  # Hana's private part
     )
+
+
+async def test_with_members_audience_someone_who_joined_the_channel_reads_the_next_answer_there(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = AudienceSearcher()
+    script_before_and_after_bob_joins(fake_openai)
     started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
     slack.slack.members = {"C_HR": [HANA, HUGO, slack.slack.bot_user_id]}
     try:
@@ -221,14 +226,7 @@ async def test_with_members_audience_a_join_another_replica_got_makes_the_next_a
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     searcher = AudienceSearcher()
-    fake_openai.script(
-        search(),
-        text("They merge into one Operations team [Reorg Plan › Team changes]."),  # only HR people there
-        search(),
-        text("Announced on the intranet [Leave Policy › Team changes]."),  # Bob has joined
-        search(),
-        text("They merge into one Operations team [Reorg Plan › Team changes]."),  # Hana's private part
-    )
+    script_before_and_after_bob_joins(fake_openai)
     started, here = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
     here.slack.members = {"C_HR": [HANA, HUGO, here.slack.bot_user_id]}
     try:

@@ -98,6 +98,16 @@ async def test_by_default_a_channel_answer_uses_public_documents_and_sends_the_r
     assert all(member != "*" for _, member in lookups)  # the roster is only read when members decide
 
 
+def script_before_and_after_dave_joins(fake_openai: FakeOpenAI) -> None:
+    """The model's answers: for HR people only, then for the channel Dave joined, then Alice's private part."""
+    script(
+        fake_openai,
+        "They merge [Reorg Plan › Team changes].",  # Alice, Bob and Gwen: all in HR
+        "Announced on the intranet [Leave Policy › Team changes].",  # Dave has joined
+        "They merge [Reorg Plan › Team changes].",  # Alice's private part
+    )
+
+
 async def dave_joins_the_team(harness: Teams) -> None:
     """Dave is added to the channel's team: its roster has him, and Teams says so (conversationUpdate, in the
     team's General channel, whose id is the team's: not the channel the questions are asked in)."""
@@ -114,12 +124,7 @@ async def test_with_members_audience_someone_added_to_the_team_reads_the_next_ch
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     searcher = AudienceSearcher()
-    script(
-        fake_openai,
-        "They merge [Reorg Plan › Team changes].",  # Alice, Bob and Gwen: all in HR
-        "Announced on the intranet [Leave Policy › Team changes].",  # Dave has joined
-        "They merge [Reorg Plan › Team changes].",
-    )  # Alice's private part
+    script_before_and_after_dave_joins(fake_openai)
     async for harness in started(
         tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE, shared_audience="members"
     ):
@@ -154,12 +159,7 @@ async def test_with_members_audience_a_join_another_replica_got_makes_the_next_c
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     searcher = AudienceSearcher()
-    script(
-        fake_openai,
-        "They merge [Reorg Plan › Team changes].",  # Alice, Bob and Gwen: all in HR
-        "Announced on the intranet [Leave Policy › Team changes].",  # Dave has joined
-        "They merge [Reorg Plan › Team changes].",  # Alice's private part
-    )
+    script_before_and_after_dave_joins(fake_openai)
     async for here in started(
         tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE, shared_audience="members"
     ):
