@@ -226,11 +226,20 @@ class Reports(Repository):
         )
 
     async def _ratings(self, since: datetime, until: datetime) -> dict[str, int]:
-        """Everyone's ratings of the finished runs that started in [since, until), by rating."""
+        """Everyone's ratings of the finished runs that started in [since, until), by rating.
+
+        Read from the ratings given since ``since`` (a rating comes after its run started: the rating
+        index), each run looked up by its key: a few rated runs, not every run of the window joined.
+        """
+        rated_run = (
+            select(Run.id)
+            .where(Run.id == RunFeedback.run_id, Run.started_at >= since, Run.started_at < until)
+            .where(Run.status == "finished")
+        )
         stmt = (
             select(RunFeedback.rating, func.count())
-            .join(Run, Run.id == RunFeedback.run_id)
-            .where(Run.started_at >= since, Run.started_at < until, Run.status == "finished")
+            .where(RunFeedback.rating.in_((HELPFUL, NOT_HELPFUL)), RunFeedback.rated_at >= since)
+            .where(rated_run.exists())
             .group_by(RunFeedback.rating)
         )
         async with self._engine.connect() as conn:
