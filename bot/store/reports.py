@@ -226,20 +226,16 @@ class Reports(Repository):
         )
 
     async def _ratings(self, since: datetime, until: datetime) -> dict[str, int]:
-        """Everyone's ratings of the finished runs that started in [since, until), by rating.
+        """Everyone's ratings given in [since, until), by rating (a person's latest click on an answer).
 
-        Read from the ratings given since ``since`` (a rating comes after its run started: the rating
-        index), each run looked up by its key: a few rated runs, not every run of the window joined.
+        The ratings given in the window, not those of the runs started in it: a range of the ratings'
+        own index on any database, where joining every run of the window cost a 90-day overview tens
+        of milliseconds on PostgreSQL and hundreds on SQLite at 100,000 runs (benchmarks/console.py).
         """
-        rated_run = (
-            select(Run.id)
-            .where(Run.id == RunFeedback.run_id, Run.started_at >= since, Run.started_at < until)
-            .where(Run.status == "finished")
-        )
         stmt = (
             select(RunFeedback.rating, func.count())
-            .where(RunFeedback.rating.in_((HELPFUL, NOT_HELPFUL)), RunFeedback.rated_at >= since)
-            .where(rated_run.exists())
+            .where(RunFeedback.rating.in_((HELPFUL, NOT_HELPFUL)))
+            .where(RunFeedback.rated_at >= since, RunFeedback.rated_at < until)
             .group_by(RunFeedback.rating)
         )
         async with self._engine.connect() as conn:

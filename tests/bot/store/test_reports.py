@@ -8,6 +8,7 @@ import pytest
 
 from bot.store import Ratings, RunFilter, Store
 from bot.store.reports import SETTLED_AFTER_DAYS
+from bot.store.tables import RunFeedback
 
 pytestmark = pytest.mark.asyncio
 
@@ -136,3 +137,21 @@ async def test_an_answer_stays_a_gap_while_anyone_still_rates_it_not_helpful(sto
     await store.runs.set_feedback("run_0001", "helpful", "U2")  # U2 changes their mind
     assert await store.reports.gap_runs(midnight(2)) == []
     assert await store.reports.gap_marker(midnight(2)) != before
+
+
+async def test_the_overview_counts_the_ratings_given_in_its_period(store: Store):
+    """Ratings are counted when they are given: a click today on an answer from before the period is
+    today's rating, and a click given before the period is not in it (read from the ratings' index,
+    without joining every run of the period)."""
+    await store.runs.record(_run(1, midnight(40), steps=1, tokens=1, cost=0.0))  # before the 30 days
+    await store.runs.record(_run(2, midnight(28), steps=1, tokens=1, cost=0.0))
+    await store.runs.set_feedback("run_0001", "not_helpful", "U2")  # given today
+    await store.runs.set_feedback("run_0002", "helpful", "U1")
+    await store.runs.set_feedback("run_0002", "not_helpful", "U3")
+    async with store._engine.begin() as conn:  # U3 clicked 25 days ago, before a 20-day period
+        await conn.execute(
+            RunFeedback.__table__.update().where(RunFeedback.user_id == "U3").values(rated_at=midnight(25))
+        )
+
+    assert (await store.reports.overview(midnight(30), midnight(-1))).feedback == {"helpful": 1, "not_helpful": 2}
+    assert (await store.reports.overview(midnight(20), midnight(-1))).feedback == {"helpful": 1, "not_helpful": 1}
