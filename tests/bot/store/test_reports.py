@@ -155,3 +155,25 @@ async def test_the_overview_counts_the_ratings_given_in_its_period(store: Store)
 
     assert (await store.reports.overview(midnight(30), midnight(-1))).feedback == {"helpful": 1, "not_helpful": 2}
     assert (await store.reports.overview(midnight(20), midnight(-1))).feedback == {"helpful": 1, "not_helpful": 1}
+
+
+async def test_gap_runs_merge_the_runs_that_ended_unanswered_and_those_rated_not_helpful_newest_first(store: Store):
+    start = midnight(3)
+    for n in range(6):  # every other run not covered; the others answered
+        reason = "not_covered" if n % 2 == 0 else "answered"
+        await store.runs.record(_run(n, start + timedelta(hours=n), steps=1, tokens=1, cost=0.0, reason=reason))
+    await store.runs.set_feedback("run_0003", "not_helpful", "U2")  # an answer someone found wanting
+    await store.runs.set_feedback("run_0004", "not_helpful", "U2")  # ... that also ended not covered
+    await store.runs.set_feedback("run_0005", "helpful", "U2")
+
+    gaps = await store.reports.gap_runs(midnight(4))
+    newest_three = await store.reports.gap_runs(midnight(4), limit=3)
+
+    assert [(g.id, g.reason, g.rated_not_helpful) for g in gaps] == [
+        ("run_0004", "not_covered", True),
+        ("run_0003", "answered", True),
+        ("run_0002", "not_covered", False),
+        ("run_0000", "not_covered", False),
+    ]
+    assert [g.id for g in newest_three] == ["run_0004", "run_0003", "run_0002"]
+    assert await store.reports.gap_runs(midnight(0)) == []  # none started since today's midnight
