@@ -132,12 +132,9 @@ class SlackWriter:
     look for a post it may already have made (``find``) instead of making it twice.
     """
 
-    def __init__(self, client: AsyncWebClient, bot: BotIdentity, *, timeout_s: float = API_TIMEOUT_S) -> None:
+    def __init__(self, client: AsyncWebClient, bot: BotIdentity) -> None:
         self.client = client
         self.bot = bot
-        # slack_sdk applies its own timeout only to sessions it makes; on a shared one, a call waits as long
-        # as the session lets it. Starting a stream gets this deadline, so an unanswered start is looked into.
-        self.timeout_s = timeout_s
         self._once = _without_retries(client)  # for chat.startStream: one try, see the module's docstring
 
     async def post(self, channel: str, thread_ts: str | None, message: SlackMessage, *, row: int, part: int) -> str:
@@ -175,17 +172,17 @@ class SlackWriter:
     async def start_stream(self, channel: str, thread_ts: str, user: str, markdown: str) -> str:
         """Begin a streamed reply in a thread, to ``user`` (Slack needs the recipient outside a DM); its ts.
 
-        Tried once (rate limits aside), within ``timeout_s``. Raises ``UncertainWrite`` when Slack may have
-        begun the stream all the same (``may_have_written``): the caller looks for it in the thread."""
-        start = self._once.chat_startStream(
-            channel=channel,
-            thread_ts=thread_ts,
-            markdown_text=markdown,
-            recipient_user_id=user or None,
-            recipient_team_id=self.bot.team_id if user else None,
-        )
+        Tried once (rate limits aside), within the session's deadline (``slack_session``). Raises
+        ``UncertainWrite`` when Slack may have begun the stream all the same (``may_have_written``): the
+        caller looks for it in the thread."""
         try:
-            response = await asyncio.wait_for(start, self.timeout_s)
+            response = await self._once.chat_startStream(
+                channel=channel,
+                thread_ts=thread_ts,
+                markdown_text=markdown,
+                recipient_user_id=user or None,
+                recipient_team_id=self.bot.team_id if user else None,
+            )
         except Exception as exc:
             refused = self._refused("chat.startStream", exc, channel)
             if may_have_written(exc):

@@ -294,8 +294,8 @@ class Reports(Repository):
         stmt = stmt.order_by(Run.started_at.desc(), Run.id.desc()).limit(limit)
         async with self._engine.connect() as conn:
             page = list(await conn.execute(stmt))
-            others = await _others_ratings(conn, {row.id: row.user_id for row in page})
-        return [_summary(row, others.get(row.id, Counter())) for row in page]
+            rated = await _ratings_of(conn, [row.id for row in page])
+        return [_summary(row, Ratings.of(rated.get(row.id, []), row.user_id)) for row in page]
 
     async def platforms(self) -> list[str]:
         """The platforms runs came from, for the filter's choices."""
@@ -469,25 +469,20 @@ def _not_helpful_since(since: datetime) -> Select[Any]:
     return select(RunFeedback.run_id).where(RunFeedback.rating == NOT_HELPFUL, RunFeedback.rated_at >= since)
 
 
-async def _others_ratings(conn: AsyncConnection, askers: dict[str, str]) -> dict[str, Counter[str]]:
-    """How many people other than each run's asker rated it each way: one read of the page's ratings by
-    key, after the page (a count per row in the page's query made the database count for every row it
-    sorted, not only the page's)."""
-    counts: dict[str, Counter[str]] = {}
-    if not askers:
-        return counts
-    stmt = select(RunFeedback.run_id, RunFeedback.user_id, RunFeedback.rating).where(
-        RunFeedback.run_id.in_(list(askers))
-    )
-    for run_id, user_id, rating in await conn.execute(stmt):
-        if user_id != askers[run_id]:
-            counts.setdefault(run_id, Counter())[rating] += 1
-    return counts
+async def _ratings_of(conn: AsyncConnection, run_ids: list[str]) -> dict[str, list[Rating]]:
+    """Everyone's ratings of the runs of a page, by run: one read by key after the page (a count per row
+    in the page's query made the database count for every row it sorted, not only the page's)."""
+    rated: dict[str, list[Rating]] = {}
+    if run_ids:
+        for row in await conn.execute(select(RunFeedback.__table__).where(RunFeedback.run_id.in_(run_ids))):
+            rated.setdefault(row.run_id, []).append(Rating(**row._mapping))
+    return rated
 
 
-def _summary(row: Any, others: Counter[str]) -> RunSummary:
+def _summary(row: Any, rated: Ratings) -> RunSummary:
+    """A runs-list line: the asker's rating as the run keeps it, and how many others rated it each way."""
     values = dict(row._mapping)
-    ratings = Ratings(values.pop("feedback"), others[HELPFUL], others[NOT_HELPFUL])
+    ratings = Ratings(values.pop("feedback"), rated.others_helpful, rated.others_not_helpful)
     return RunSummary(**values, ratings=ratings)
 
 

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from adapters.slack.inbound import BotIdentity
-from adapters.slack.post import METADATA_TYPE, SlackWriter, web_client
+from adapters.slack.post import METADATA_TYPE, SlackWriter, slack_session, web_client
 from adapters.slack.streaming import SlackStreams, chunks
 from bot.delivery import Delivery
 from tests.adapters.slack.test_app import ALICE
@@ -47,10 +47,10 @@ class Clock:
 
 @asynccontextmanager
 async def slack_and_streams(timeout_s: float = 0.3) -> AsyncIterator[tuple[FakeSlackAPI, SlackStreams, Clock]]:
-    """The fake (its ts from ``Clock``) and the streams of a writer whose startStream deadline is ``timeout_s``."""
+    """The fake (its ts from ``Clock``) and the streams of a writer whose calls' deadline is ``timeout_s``."""
     clock = Clock()
-    async with FakeSlackAPI(streaming=True, clock=clock) as slack, aiohttp.ClientSession() as session:
-        writer = SlackWriter(web_client(slack.token, session, slack.base_url), BOT, timeout_s=timeout_s)
+    async with FakeSlackAPI(streaming=True, clock=clock) as slack, slack_session(timeout_s) as session:
+        writer = SlackWriter(web_client(slack.token, session, slack.base_url), BOT)
         yield slack, SlackStreams(writer, pace_s=0), clock
 
 
