@@ -20,7 +20,7 @@ Printed per corpus, for the answerable questions (N) and the ones the handbook d
   (as written, or with Markdown marks removed and whitespace collapsed, as the label checker
   benchmarks/check_eval_tasks.py matches facts to pages), and, looser, at least one does;
 - cited: some citation's source (the file path) ends with or contains a labelled `doc`;
-- accurate: both, the headline figure (k/N and %);
+- accurate: both, the headline figure (k/N and %, with its 95% Wilson interval);
 - not covered: the run ended `not_covered` (the honest not-in-the-policy answer), k/M;
 - tickets proposed, over all the questions, and how the runs ended (termination reasons: a
   `deadline` usually means the machine was busy, as the 20 s budget counts the search's embedding).
@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import sys
@@ -292,7 +293,7 @@ def report(name: str, t: dict[str, Any]) -> str:
         f"{name}: {t['questions']} questions, answerable {n}, not covered {m}",
         f"  facts all present:     {t['facts_all']}/{n} (any fact: {t['facts_any']}/{n})",
         f"  relevant file cited:   {t['cited']}/{n}",
-        f"  accurate (both):       {t['accurate']}/{n} ({_percent(t['accuracy'])})",
+        f"  accurate (both):       {t['accurate']}/{n} ({_share(t['accurate'], n)})",
         f"  not covered, honest:   {t['not_covered_honest']}/{m}",
         f"  tickets proposed:      {t['tickets_proposed']}/{t['questions']}",
         f"  runs ended:            {', '.join(f'{reason} {count}' for reason, count in t['ended'].items())}",
@@ -300,15 +301,28 @@ def report(name: str, t: dict[str, Any]) -> str:
     ]
     for split, s in t.get("by_split", {}).items():
         lines.append(
-            f"  {split + ':':<6} accurate {s['accurate']}/{s['answerable']} ({_percent(s['accuracy'])}),"
+            f"  {split + ':':<6} accurate {s['accurate']}/{s['answerable']} ({_share(s['accurate'], s['answerable'])}),"
             f" facts {s['facts_all']}/{s['answerable']}, cited {s['cited']}/{s['answerable']},"
             f" not covered {s['not_covered_honest']}/{s['uncovered']}, tickets {s['tickets_proposed']}"
         )
     return "\n".join(lines)
 
 
-def _percent(fraction: float | None) -> str:
-    return f"{100 * fraction:.1f}%" if fraction is not None else "n/a"
+def _share(k: int, n: int) -> str:
+    """k/n as a percentage with its 95% Wilson interval: on 30 questions one answer is 3 points, so a
+    share is read with the range the questions leave it (25 of 31 is 80.6%: 64-91%)."""
+    if not n:
+        return "n/a"
+    low, high = wilson(k, n)
+    return f"{100 * k / n:.1f}%, 95% interval {100 * low:.0f}-{100 * high:.0f}%"
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n (sound near 0% and 100%, unlike k/n ± 2 SE)."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 async def main() -> int:
