@@ -1,11 +1,15 @@
 """Every Web API call PolicyPal makes, on slack_sdk's client.
 
 Retries of rate limits (honouring Retry-After), 500/503 and dropped connections within one call are
-the client's retry handlers' job (see ``web_client``), except for chat.startStream: a stream the first
-try began would be left unfinished beside the one a second try begins, so the sender looks for it
-instead (adapters/slack/streaming.py). ``SlackWriter`` makes the writes the outbox sends and raises
-what still fails as a ``RemoteError`` whose kind says whether trying again can help (the outbox
-retries, or hands the write to a person); ``UncertainWrite`` when Slack may have done it all the same.
+the client's retry handlers' job (see ``web_client``), except for the writes that add something:
+chat.postMessage, chat.startStream and chat.appendStream. Slack may have carried one out though its
+answer was a 5xx or never came, and a blind second try would post the reply twice, begin a second
+stream beside the first, or write a passage of a stream twice. Those are tried once (rate limits
+aside); the outbox tries again, and the sender first looks in the thread for what the failed try may
+have left (``may_have_posted``; adapters/slack/streaming.py). ``SlackWriter`` makes the writes the
+outbox sends and raises what still fails as a ``RemoteError`` whose kind says whether trying again can
+help (the outbox retries, or hands the write to a person); ``UncertainWrite`` when Slack may have done
+it all the same.
 ``SlackPoster`` makes the calls a reply can do without (a permalink, the status line, suggested
 prompts): they never raise.
 """
@@ -76,6 +80,8 @@ def slack_error(exc: BaseException) -> str:
 # Answers that mean Slack is having trouble, not that the request is wrong: worth another attempt.
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"})
 METADATA_TYPE = "policypal_post"  # on every message PolicyPal posts: which outbox row, which part
+REPLIES_PAGE = 200  # messages per conversations.replies call (Slack's advice: at most 200)
+MAX_REPLY_PAGES = 10  # a thread is read up to 2,000 messages when looking for an earlier post
 
 
 def as_remote(exc: BaseException, method: str, channel: str) -> RemoteError:
@@ -135,14 +141,15 @@ class SlackWriter:
     def __init__(self, client: AsyncWebClient, bot: BotIdentity) -> None:
         self.client = client
         self.bot = bot
-        self._once = _without_retries(client)  # for chat.startStream: one try, see the module's docstring
+        self._once = _without_retries(client)  # for the writes that add something: see the module's docstring
 
     async def post(self, channel: str, thread_ts: str | None, message: SlackMessage, *, row: int, part: int) -> str:
-        """Post in a thread (or the channel); the new message's ts."""
+        """Post in a thread (or the channel); the new message's ts. Tried once (rate limits aside): a retry
+        that finds Slack took the first try's post (``may_have_posted``) does not post it again."""
         metadata = {"event_type": METADATA_TYPE, "event_payload": {"row": row, "part": part}}
         extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
         try:
-            response = await self.client.chat_postMessage(
+            response = await self._once.chat_postMessage(
                 channel=channel,
                 unfurl_links=False,
                 unfurl_media=False,
@@ -191,8 +198,10 @@ class SlackWriter:
         return str(response["ts"])
 
     async def append_stream(self, channel: str, ts: str, markdown: str) -> None:
+        """Add to a stream, tried once (rate limits aside): an append Slack made though its answer was lost
+        would be written twice by a second try; on failure the whole answer replaces the stream instead."""
         try:
-            await self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=markdown)
+            await self._once.chat_appendStream(channel=channel, ts=ts, markdown_text=markdown)
         except Exception as exc:
             raise self._refused("chat.appendStream", exc, channel) from None
 
@@ -215,17 +224,39 @@ class SlackWriter:
     async def replies(
         self, channel: str, thread_ts: str | None, *, oldest: str | None = None
     ) -> list[dict[str, Any]] | None:
-        """A thread's messages with their metadata, oldest first: the first 200, or with ``oldest`` (a ts)
-        the first 200 after it; None when Slack cannot be asked (logged)."""
-        extra: dict[str, Any] = {"oldest": oldest} if oldest else {}
+        """A thread's messages with their metadata, oldest first: all of them, or with ``oldest`` (a ts) those
+        after it; None when Slack cannot be asked (logged).
+
+        Page by page, not the first page only: what a retry looks for was posted last, and a busy thread
+        runs to hundreds of messages. A thread longer than ``MAX_REPLY_PAGES`` pages is read no further.
+        """
+        messages: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_REPLY_PAGES):
+            page = await self._replies_page(channel, thread_ts, oldest, cursor)
+            if page is None:
+                return None
+            found, cursor = page
+            messages += found
+            if cursor is None:
+                return messages
+        log.warning("thread %s in %s: only its first %d messages were read", thread_ts, channel, len(messages))
+        return messages
+
+    async def _replies_page(
+        self, channel: str, thread_ts: str | None, oldest: str | None, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None] | None:
+        """One page of conversations.replies and the next page's cursor (None on the last); None on failure."""
+        extra: dict[str, Any] = {name: value for name, value in (("oldest", oldest), ("cursor", cursor)) if value}
         try:
             response = await self.client.conversations_replies(
-                channel=channel, ts=thread_ts or "", include_all_metadata=True, limit=200, **extra
+                channel=channel, ts=thread_ts or "", include_all_metadata=True, limit=REPLIES_PAGE, **extra
             )
         except Exception as exc:
             log.warning("conversations.replies failed in %s: %s", channel, slack_error(exc))
             return None
-        return [m for m in response.get("messages") or [] if isinstance(m, dict)]
+        messages = [m for m in response.get("messages") or [] if isinstance(m, dict)]
+        return messages, (response.get("response_metadata") or {}).get("next_cursor") or None
 
     def is_ours(self, message: dict[str, Any]) -> bool:
         """Whether a message from conversations.replies is this bot's."""

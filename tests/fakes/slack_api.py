@@ -462,7 +462,8 @@ class FakeSlackAPI(LoopbackServer):
 
     def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
         """A thread's messages as they are now, oldest first, with their metadata when ``include_all_metadata``
-        is set: only those after ``oldest`` and before ``latest`` (``inclusive``: or at them), ``limit`` of them."""
+        is set: only those after ``oldest`` and before ``latest`` (``inclusive``: or at them), ``limit`` of them
+        from ``cursor`` on (the next page's cursor in ``response_metadata``, as Slack pages)."""
         messages = sorted(
             self.threads.get((str(params.get("channel")), str(params.get("ts"))), []), key=lambda m: float(m["ts"])
         )
@@ -473,11 +474,12 @@ class FakeSlackAPI(LoopbackServer):
         if params.get("latest"):
             latest = float(params["latest"])
             messages = [m for m in messages if float(m["ts"]) < latest or (inclusive and float(m["ts"]) == latest)]
-        limit = int(params.get("limit") or 1000)
-        more, messages = len(messages) > limit, messages[:limit]
+        limit, start = int(params.get("limit") or 1000), int(params.get("cursor") or 0)
+        more, messages = len(messages) > start + limit, messages[start : start + limit]
         if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
             messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
-        return {"messages": [dict(m) for m in messages], "has_more": more}
+        page = {"next_cursor": str(start + limit) if more else ""}
+        return {"messages": [dict(m) for m in messages], "has_more": more, "response_metadata": page}
 
     def _chat_startStream(self, params: dict[str, Any]) -> dict[str, Any]:
         """A streamed reply begins (in a thread; outside a DM Slack needs the recipient user and team)."""

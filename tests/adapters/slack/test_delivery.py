@@ -1,4 +1,9 @@
-"""Slack end to end: a reply whose post may have gone through on a failed attempt is never posted twice."""
+"""Slack end to end: a reply whose post may have gone through on a failed attempt is never posted twice.
+
+Slack can carry out a write and still answer it with a 5xx, drop the connection before its answer, or
+answer after the session's deadline (``FakeSlackAPI.lose_answer``): the write must not be repeated
+blindly, within the call (slack_sdk's retry handlers) or after it (the outbox).
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,38 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from adapters.slack.app import SLACK
+from adapters.slack import app as slack_app
+from adapters.slack.post import slack_session
 from bot.delivery import OutboxPolicy
 from tests.adapters.slack.test_app import ALICE, SlackRig, answer, running_slack
-from tests.fakes.openai_server import FakeOpenAI, tool_calls
+from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
 from tests.fakes.slack_api import dm_event, event_envelope
 
 pytestmark = pytest.mark.asyncio
 
 RETRY_AT_ONCE = OutboxPolicy(max_attempts=4, backoff_s=0.05, max_backoff_s=0.05, stale_after_s=60.0)
 TICKET = {"category": "hardware", "summary": "Laptop screen broken", "urgency": "normal"}
+DEADLINE_S = 2.0  # each Web API call's, here: an answer later than this is lost to a timeout
+LOST_ANSWERS = {
+    "a 500": {"status": 500},
+    "a 503": {"status": 503, "error": "service_unavailable"},
+    "a dropped connection": {"drop": True},
+    "a timeout": {"late_s": 60},
+}
 
 
 @pytest_asyncio.fixture
 async def slack(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SlackRig]:
+    monkeypatch.setattr(slack_app, "slack_session", lambda: slack_session(DEADLINE_S))
     async for rig in running_slack(tmp_path, fake_openai, monkeypatch):
+        rig.service.outbox.post_policy = RETRY_AT_ONCE
+        yield rig
+
+
+@pytest_asyncio.fixture
+async def ai_slack(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SlackRig]:
+    """A workspace where answers are streamed."""
+    async for rig in running_slack(tmp_path, fake_openai, monkeypatch, streaming=True):
         rig.service.outbox.post_policy = RETRY_AT_ONCE
         yield rig
 
@@ -32,7 +54,7 @@ async def slack(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.Mon
 async def settled(rig: SlackRig, thread_ts: str) -> list[str]:
     """The states of the thread's outbox rows, once none is waiting for another attempt."""
     key = f"slack:T0TEAM:D0ALICE:{thread_ts}"
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(15):  # a hang guard, not a measure
         while True:
             rows = await rig.service.store.outbox.of_conversation(key)
             if rows and all(row.state in ("delivered", "failed") for row in rows):
@@ -40,20 +62,11 @@ async def settled(rig: SlackRig, thread_ts: str) -> list[str]:
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.parametrize("lost", LOST_ANSWERS.values(), ids=LOST_ANSWERS.keys())
 async def test_an_answer_slack_took_whose_response_was_lost_is_not_posted_again(
-    slack: SlackRig, monkeypatch: pytest.MonkeyPatch
-):
-    client = slack.app[SLACK].bridge.writer.client
-    real_post, taken = client.chat_postMessage, []
-
-    async def response_lost_once(**kwargs: Any) -> Any:
-        response = await real_post(**kwargs)  # Slack posted it...
-        if not taken:
-            taken.append(response["ts"])
-            raise TimeoutError  # ...but its answer never arrived
-        return response
-
-    monkeypatch.setattr(client, "chat_postMessage", response_lost_once)
+    slack: SlackRig, lost: dict[str, Any]
+) -> None:
+    slack.slack.lose_answer("chat.postMessage", **lost)  # Slack posted it, and its answer is lost
     slack.model.script(answer())
     event = dm_event(ALICE, "Can I work from abroad?")
     await slack.send(event_envelope(event))
@@ -81,3 +94,36 @@ async def test_a_card_whose_place_was_not_recorded_is_not_posted_again(
     cards = [m for m in slack.slack.threads[("D0ALICE", event["ts"])] if m["text"].startswith("Please confirm")]
     assert len(cards) == 1  # one card with Confirm and Cancel, not two
 
+
+async def test_a_streamed_answer_whose_append_answer_was_lost_shows_each_passage_once(ai_slack: SlackRig) -> None:
+    words = " ".join(f"Passage {n} of the travel policy applies here." for n in range(40))
+    ai_slack.slack.lose_answer("chat.appendStream", status=500)  # appended, and Slack answered 500
+    ai_slack.model.script(text(words))
+    event = dm_event(ALICE, "What does the travel policy say?", thread_ts="1690000000.000031")
+    await ai_slack.send(event_envelope(event))
+    assert await settled(ai_slack, event["thread_ts"]) == ["delivered"]
+    (ts,) = ai_slack.slack.streams
+    assert shown(ai_slack, ts) == words
+
+
+def shown(rig: SlackRig, ts: str) -> str:
+    """What a streamed message shows at the end: the last update's markdown, or else the stream's own text."""
+    updates = [c for c in rig.slack.delivered("chat.update") if c["ts"] == ts]
+    if not updates:
+        return rig.slack.streams[ts].text
+    return "".join(b["text"] for b in updates[-1].blocks if b["type"] == "markdown")
+
+
+async def test_an_answer_slack_took_in_a_thread_of_hundreds_of_messages_is_found_not_posted_again(
+    slack: SlackRig,
+) -> None:
+    root = "1690000000.000050"
+    earlier = [{"type": "message", "ts": f"{1_690_000_100 + n}.000100", "user": ALICE, "text": f"note {n}",
+                "thread_ts": root} for n in range(450)]  # fmt: skip
+    slack.slack.threads[("D0ALICE", root)].extend(earlier)  # more than one page of conversations.replies
+    slack.slack.lose_answer("chat.postMessage", status=500)
+    slack.model.script(answer())
+    await slack.send(event_envelope(dm_event(ALICE, "Can I work from abroad?", thread_ts=root)))
+    assert await settled(slack, root) == ["delivered"]
+    ours = [m for m in slack.slack.threads[("D0ALICE", root)] if m.get("user") == "UBOT"]
+    assert len(ours) == 1  # the answer once, found on the thread's last page
