@@ -319,7 +319,7 @@ def _runtime(
     session: aiohttp.ClientSession,
     members_cap: int | None,
 ) -> SlackRuntime:
-    writer, users = SlackWriter(client, bot), UserDirectory(client, groups)
+    writer, users = SlackWriter(client, bot), UserDirectory(client, groups, home=bot)
     members = None
     if members_cap is not None:
         members = ChannelMembers(

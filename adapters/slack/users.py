@@ -10,6 +10,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.inbound import BotIdentity
 from adapters.slack.post import as_remote
 from bot.errors import RemoteError
 from bot.identity import GroupMap
@@ -23,8 +24,9 @@ MAX_USERS = 5_000
 LOOKUP_RETRY_S = (0.5, 1.0, 2.0)  # pauses between users.info attempts while Slack says "try again"
 
 
-def user_ref(user: dict[str, Any], groups: GroupMap) -> UserRef:
-    """Map a users.info ``user`` object; single- and multi-channel guests are guests."""
+def user_ref(user: dict[str, Any], groups: GroupMap, home: BotIdentity | None = None) -> UserRef:
+    """Map a users.info ``user`` object; single- and multi-channel guests are guests, and so are people
+    from another organisation (Slack Connect), who are not the workspace's guests but are no employees."""
     profile = user.get("profile") or {}
     email = profile.get("email") or None
     name = profile.get("display_name") or profile.get("real_name") or user.get("real_name") or user.get("name", "")
@@ -33,8 +35,25 @@ def user_ref(user: dict[str, Any], groups: GroupMap) -> UserRef:
         name=name,
         email=email,
         groups=groups.groups_for(user["id"], email),
-        is_guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")),
+        is_guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")) or is_external(user, home),
     )
+
+
+def is_external(user: dict[str, Any], home: BotIdentity | None) -> bool:
+    """Whether a users.info user belongs to another organisation than the bot's (``home``).
+
+    In a Slack Connect channel the other company's people are full members of their own workspace, so
+    Slack does not mark them restricted: a user of another team counts as external unless the bot's
+    Enterprise Grid organisation is theirs too (another workspace of one company). Slack's own
+    ``is_stranger`` says so as well. A user object without a team says nothing either way.
+    """
+    if user.get("is_stranger"):
+        return True
+    team = user.get("team_id")
+    if home is None or not team or team == home.team_id:
+        return False
+    enterprise = (user.get("enterprise_user") or {}).get("enterprise_id") or user.get("enterprise_id")
+    return not (home.enterprise_id and enterprise == home.enterprise_id)
 
 
 class UserDirectory:
@@ -49,11 +68,13 @@ class UserDirectory:
         client: AsyncWebClient,
         groups: GroupMap,
         *,
+        home: BotIdentity | None = None,
         ttl_s: float = USER_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._groups = groups
+        self._home = home  # the bot's team: people of other organisations are guests here
         self._cache: ExpiringCache[str, UserRef] = ExpiringCache(ttl_s, MAX_USERS, clock)
 
     async def lookup(self, user_id: str) -> UserRef:
@@ -79,7 +100,7 @@ class UserDirectory:
     async def _ask(self, user_id: str) -> UserRef | None:
         try:
             response = await self._client.users_info(user=user_id)
-            return user_ref(response["user"], self._groups)
+            return user_ref(response["user"], self._groups, self._home)
         except Exception as exc:  # SlackApiError, a connection error after slack_sdk's retries, a bad body
             remote = as_remote(exc, "users.info", user_id)
             if remote.retryable:

@@ -126,14 +126,18 @@ class FakeUser:
     email: str | None = None
     is_restricted: bool = False
     is_ultra_restricted: bool = False
+    team_id: str | None = None  # another organisation's (Slack Connect); None: the workspace's own
+    enterprise_id: str | None = None  # their Enterprise Grid organisation, as ``enterprise_user`` says
 
     def as_slack(self, team_id: str) -> dict[str, Any]:
         profile = {"display_name": self.name, "real_name": self.name.title()}
         if self.email:
             profile["email"] = self.email
+        grid = {"enterprise_user": {"enterprise_id": self.enterprise_id}} if self.enterprise_id else {}
         return {
+            **grid,
             "id": self.id,
-            "team_id": team_id,
+            "team_id": self.team_id or team_id,
             "name": self.name.lower(),
             "real_name": self.name.title(),
             "is_bot": False,
@@ -191,8 +195,18 @@ class FakeSlackAPI(LoopbackServer):
 
     # --- script ----------------------------------------------------------------------------------
 
-    def add_user(self, user_id: str, name: str, email: str | None = None, *, guest: bool = False) -> FakeUser:
-        user = FakeUser(user_id, name, email, is_restricted=guest)
+    def add_user(
+        self,
+        user_id: str,
+        name: str,
+        email: str | None = None,
+        *,
+        guest: bool = False,
+        team_id: str | None = None,
+        enterprise_id: str | None = None,
+    ) -> FakeUser:
+        """A workspace member, a guest, or (``team_id``) someone of another organisation, as Slack Connect has."""
+        user = FakeUser(user_id, name, email, is_restricted=guest, team_id=team_id, enterprise_id=enterprise_id)
         self.users[user_id] = user
         return user
 

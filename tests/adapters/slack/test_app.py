@@ -51,6 +51,7 @@ pytestmark = pytest.mark.asyncio
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 ALICE, BOB, GUEST = "U_ALICE", "U_BOB", "U_GUEST"
+PARTNER = "U_PARTNER"  # another company's employee in a Slack Connect channel
 CITE = "Remote Work Policy › Working abroad"
 PASSAGE = Passage(
     score=0.9,
@@ -120,6 +121,7 @@ async def running_slack(
         slack.add_user(ALICE, "alice", "alice@example.com")
         slack.add_user(BOB, "bob", "bob@example.com")
         slack.add_user(GUEST, "gus", "gus@partner.example", guest=True)
+        slack.add_user(PARTNER, "pat", "pat@vendor.example", team_id="T0VENDOR")
         values = {
             "slack_bot_token": slack.token,
             "slack_signing_secret": SECRET,
@@ -293,6 +295,21 @@ async def test_a_guest_may_not_raise_a_ticket_and_the_give_up_names_the_helpdesk
     assert run.reason == "policy_denied"  # users.info said guest, so the write tool was refused
     reference = next(e["text"] for b in reply.blocks if b["type"] == "context" for e in b["elements"])
     assert "Helpdesk case" in reference and run.id in reference
+
+
+async def test_someone_from_another_organisation_may_not_raise_a_ticket(slack: SlackRig):
+    """In a Slack Connect channel the vendor's people are no guests of ours in Slack's eyes (not restricted),
+    but they are not employees either: the ticket tool is refused them as it is to guests."""
+    ticket = {"category": "access", "summary": "Give me VPN access", "urgency": "high"}
+    slack.model.script(tool_calls(("create_it_ticket", ticket)))
+    event = mention_event(PARTNER, "<@UBOT> open a ticket for VPN access", channel="C0SHARED")
+    await slack.send(event_envelope(event))
+    (reply,) = await slack.replies()
+    assert reply["thread_ts"] == event["ts"]
+    assert "Confirm" not in reply.block_text
+    (run,) = await slack.service.store.runs.recent()
+    assert run.reason == "policy_denied"
+    assert await slack.service.store.tickets.count() == 0
 
 
 async def test_when_slack_cannot_say_who_someone_is_they_are_treated_as_a_guest(slack: SlackRig):
