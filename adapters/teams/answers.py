@@ -128,8 +128,8 @@ def help_card(run_id: str) -> Json:
     return card(body, [execute("Still need help?", HANDOFF, {"run_id": run_id})])
 
 
-def activity_bytes(activity: Json) -> int:
-    """The size Teams counts: the activity's JSON, UTF-8."""
+def activity_bytes(activity: Json | str) -> int:
+    """The size Teams counts: the activity's (or a text's) JSON, UTF-8."""
     return len(json.dumps(activity, ensure_ascii=False).encode())
 
 
@@ -140,7 +140,7 @@ def split_text(text: str, limit: int, claims: dict[int, Json] | None = None) -> 
     claim_bytes = {n: activity_bytes(c) + 2 for n, c in claims.items()}  # and the ", " between them
 
     def size(text: str, marks: set[int]) -> int:  # at least the message's size: counted, not built, for speed
-        return _size(text) + LABEL_BYTES + sum(claim_bytes[n] for n in marks)
+        return activity_bytes(text) + LABEL_BYTES + sum(claim_bytes[n] for n in marks)
 
     unit_limit = max(limit - LABEL_BYTES - sum(claim_bytes.values()), MIN_PART_BYTES)
     parts: list[str] = []
@@ -164,20 +164,16 @@ def _marks(text: str, claims: dict[int, Json]) -> set[int]:
 def _units(text: str, limit: int) -> list[str]:
     units: list[str] = []
     for paragraph in re.split(r"(?<=\n\n)", text):
-        if _size(paragraph) <= limit:
+        if activity_bytes(paragraph) <= limit:
             units.append(paragraph)
             continue
         for word in re.split(r"(?<=\s)", paragraph):
-            while _size(word) > limit:  # one word longer than a message: cut inside it
-                cut = max(1, len(word) * limit // _size(word) - 1)
+            while activity_bytes(word) > limit:  # one word longer than a message: cut inside it
+                cut = max(1, len(word) * limit // activity_bytes(word) - 1)
                 units.append(word[:cut])
                 word = word[cut:]
             units.append(word)
     return units
-
-
-def _size(text: str) -> int:
-    return len(json.dumps(text, ensure_ascii=False).encode())
 
 
 def _claims_in(part: str, claims: dict[int, Json]) -> list[Json]:

@@ -83,6 +83,9 @@ _INTAKE: contextvars.ContextVar[_Written | None] = contextvars.ContextVar("teams
 # The connector's own retries of throttling and overload, within the outbox's time for one attempt
 # (20 s): beyond that the outbox retries the row later, from any process.
 SEND_RETRY = RetryPolicy(attempts=4, first_s=0.5, max_wait_s=5.0, total_s=15.0)
+# How long a roster lookup may go unanswered: the person's answer waits for it (msrest alone waits 100 s).
+# Teams answers in well under a second; past this, the asker counts as a guest for the turn.
+ROSTER_TIMEOUT_S = 5.0
 
 
 APP_TYPES = {name.lower(): name for name in ("MultiTenant", "SingleTenant", "UserAssignedMSI")}
@@ -209,13 +212,15 @@ class _Authentication(ConfigurationBotFrameworkAuthentication):
     """The SDK's request authentication, with its token-validation failures made one recognisable error.
 
     botframework lets PyJWT's errors through, and an IndexError / KeyError for a token whose ``kid``
-    is unknown or missing; unconverted, aiohttp answers them with a 500 and a traceback.
+    is unknown or missing; unconverted, aiohttp answers them with a 500 and a traceback. A well-signed
+    token that is not for this bot (another app id, issuer or service URL) is a PermissionError, which
+    CloudAdapter turns into a bare 401 that logs nothing: a wrong MicrosoftAppId looked like silence.
     """
 
     async def authenticate_request(self, activity: Activity, auth_header: str) -> Any:
         try:
             return await super().authenticate_request(activity, auth_header)
-        except (jwt.PyJWTError, IndexError, KeyError) as exc:
+        except (jwt.PyJWTError, IndexError, KeyError, PermissionError) as exc:
             raise InvalidToken(f"{type(exc).__name__}: {exc}") from exc
 
 
@@ -390,7 +395,7 @@ class BotFrameworkConnector:
         on 5xx and sleep out a 429's Retry-After, uncapped, holding the turn that waits for it)."""
 
         async def lookup(client: ConnectorClient, outgoing: Activity) -> Json:
-            _without_sdk_retries(client)
+            _for_roster(client)
             found = await client.conversations.get_conversation_member(outgoing.conversation.id, user_id)
             return dict(found.serialize(), **(found.additional_properties or {}))
 
@@ -401,7 +406,7 @@ class BotFrameworkConnector:
         """The roster, one try (as ``member``): a caller that cannot read it answers from public documents."""
 
         async def roster(client: ConnectorClient, outgoing: Activity) -> list[Json]:
-            _without_sdk_retries(client)
+            _for_roster(client)
             found = await client.conversations.get_conversation_members(outgoing.conversation.id)
             return [dict(m.serialize(), **(m.additional_properties or {})) for m in found]
 
@@ -476,6 +481,12 @@ def _without_sdk_retries(client: ConnectorClient) -> None:
         return kwargs
 
     client.config.session_configuration_callback = configure
+
+
+def _for_roster(client: ConnectorClient) -> None:
+    """One quick try: a roster the connector does not answer must not hold the turn waiting for it."""
+    _without_sdk_retries(client)
+    client.config.connection.timeout = ROSTER_TIMEOUT_S
 
 
 def _conversation_id(reference: Json) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.teams import cards
+from adapters.teams.answers import activity_bytes
 from bot.config import Settings
 from bot.delivery import Delivery
 from bot.errors import ConfigError
@@ -22,7 +23,9 @@ from bot.helpdesk import HandoffCase, reason_label
 from bot.types import UserRef
 
 CHANNEL_ID = "msteams"
-TRANSCRIPT_CHARS = 20_000  # Teams refuses messages of about 28 KB; leave room for markup
+# Teams refuses an activity of about 28 KB of UTF-8 JSON: a character of Japanese is 3 bytes there, an
+# emoji 4, a quote or a newline 2. Leave room for the marker and what the connector adds.
+TRANSCRIPT_BYTES = 20_000
 
 
 def teams_destination(settings: Settings) -> TeamsChannelDestination:
@@ -99,13 +102,23 @@ def summary_text(case: HandoffCase) -> str:
 
 
 def transcript_text(case: HandoffCase) -> str:
-    """The case's Markdown transcript, bounded below Teams' message size with a visible marker."""
+    """The case's Markdown transcript, bounded below Teams' message size (in bytes) with a visible marker."""
     text = case.to_markdown()
-    if len(text) <= TRANSCRIPT_CHARS:
+    if activity_bytes(text) <= TRANSCRIPT_BYTES:
         return text
-    more = len(text) - TRANSCRIPT_CHARS
+    kept = _start_within(text, TRANSCRIPT_BYTES)
+    more = len(text) - len(kept)
     marker = f"…[transcript truncated: {more} more characters; see `policypal handoffs {case.case_id}`]"
-    return f"{text[:TRANSCRIPT_CHARS]}\n\n{marker}"
+    return f"{kept}\n\n{marker}"
+
+
+def _start_within(text: str, limit: int) -> str:
+    """The longest start of ``text`` whose JSON is at most ``limit`` bytes (found by halving)."""
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if activity_bytes(text[:middle]) <= limit else (low, middle - 1)
+    return text[:low]
 
 
 def _user_label(user: UserRef) -> str:

@@ -26,7 +26,8 @@ A busy or failing channel: ``refuse_next(status, times=...)`` refuses the next f
 until that much time has passed, as an outage, and ``fail_for(0)`` ends it at once. Each refused call
 is in ``refused`` (kind, status) and, with its conversation and activity type, in ``refusals``.
 ``lose_answer_next(times=...)`` takes the next few message calls as usual (posted, recorded) but drops
-the connection before answering, so the bot cannot tell whether they were posted.
+the connection before answering, so the bot cannot tell whether they were posted. ``hold_roster()``
+leaves every member lookup unanswered until the event it returns is set, as a roster that hangs.
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ class FakeBotConnector(LoopbackServer):
     not_installed: set[str] = field(default_factory=set)  # Teams user ids whose personal chat cannot be opened
     violations: list[str] = field(default_factory=list)  # cards Teams would refuse (tests/fakes/conformance.py)
     streams: dict[str, FakeStream] = field(default_factory=dict)  # stream id -> its updates and final message
+    roster_held: asyncio.Event | None = None  # see hold_roster
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition | None = None
 
@@ -186,6 +188,11 @@ class FakeBotConnector(LoopbackServer):
     def refuse_next(self, status: int, *, times: int = 1, retry_after: str | None = None) -> None:
         """Answer the next ``times`` message posts or updates (typing passes) with ``status``, as a busy channel."""
         self.refusal_queue.extend([(status, retry_after)] * times)
+
+    def hold_roster(self) -> asyncio.Event:
+        """Leave every member lookup unanswered until the returned event is set: a roster that hangs."""
+        self.roster_held = asyncio.Event()
+        return self.roster_held
 
     def lose_answer_next(self, *, times: int = 1) -> None:
         """Post the next ``times`` message posts or updates (typing passes) but answer none of them: the
@@ -352,6 +359,8 @@ class FakeBotConnector(LoopbackServer):
     async def _member(self, request: web.Request) -> web.Response:
         conversation, member = unquote(request.match_info["conversation"]), unquote(request.match_info["member"])
         self.member_lookups.append((conversation, member))
+        if self.roster_held is not None:
+            await self.roster_held.wait()
         if self.failing and self.outage is not None and self.outage.roster:
             return await self._refuse("member", conversation, "", self.outage.status, self.outage.retry_after)
         # Teams finds a member by Teams id, AAD object id or user principal name.
@@ -366,6 +375,8 @@ class FakeBotConnector(LoopbackServer):
         """The whole roster (every conversation has the same one here), as GetConversationMembers answers."""
         conversation = unquote(request.match_info["conversation"])
         self.member_lookups.append((conversation, "*"))
+        if self.roster_held is not None:
+            await self.roster_held.wait()
         if self.failing and self.outage is not None and self.outage.roster:
             return await self._refuse("member", conversation, "", self.outage.status, self.outage.retry_after)
         return web.json_response(list(self.roster.values()))

@@ -173,3 +173,33 @@ async def test_an_invalid_token_gets_401_with_one_warning_and_starts_nothing(
         assert status == 500
     finally:
         await runner.aclose()
+
+
+async def test_a_good_token_for_another_bot_gets_401_and_a_warning_saying_why(
+    tmp_path, fake_openai, sample_index, monkeypatch, caplog
+):
+    """Another app id (a wrong MicrosoftAppId), issuer or service URL: CloudAdapter answered a bare 401, logged
+    nowhere, so a misconfigured bot just went quiet."""
+    serve_signing_keys(monkeypatch)
+    runner, teams = await harness(
+        tmp_path, fake_openai, sample_index, monkeypatch, teams_allow_unauthenticated=False, **CREDENTIALS
+    )
+    url = teams.channel.service_url
+    not_ours = {
+        "Invalid AppId": bot_token(url, aud="11111111-0000-0000-0000-000000000000"),
+        "No valid identity": bot_token(url, iss="https://issuer.invalid"),
+        "service_url claim": bot_token(url, serviceurl="https://smba.invalid/"),
+    }
+    try:
+        with caplog.at_level(logging.WARNING, logger="adapters.teams.app"):
+            for reason, token in not_ours.items():
+                caplog.clear()
+                status, body = await teams.post(teams.channel.personal_message(reason),
+                                                {"Authorization": f"Bearer {token}"})
+                (warning,) = [r.getMessage() for r in caplog.records if r.name == "adapters.teams.app"]
+                assert (status, body) == (401, {"error": "invalid Bot Framework token"}), reason
+                assert reason in warning and token not in warning
+        await asyncio.sleep(0.2)
+        assert await teams.service.store.runs.recent() == [] and teams.channel.recorded == []
+    finally:
+        await runner.aclose()

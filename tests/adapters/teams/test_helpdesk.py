@@ -96,6 +96,21 @@ def plain_text(block: dict) -> str:
     return "".join(run["text"] for run in block["inlines"])
 
 
+async def test_a_long_transcript_in_a_language_of_wide_characters_still_reaches_the_helpdesk_thread():
+    """Bounded in characters, 20,000 characters of Japanese were 60 KB: Teams refused the transcript (413)."""
+    said = "年次有給休暇は入社日から数えて二十五日です。「詳細」は人事部へ。\n" * 20
+    runs = [{"run_id": f"r{n}", "reason": "answered", "question": "休暇は何日ですか？",
+             "trace": [{"kind": "model", "name": "gpt-4o-mini", "text": said}]} for n in range(1, 31)]
+    case = replace(CASE, transcript={"runs": runs})
+    async with FakeBotConnector() as channel:
+        posted_id = await TeamsChannelDestination(settings_for(channel)).deliver(case)
+
+    assert channel.violations == []
+    (transcript,) = channel.messages(f"{HELPDESK_CHANNEL};messageid={posted_id}")
+    assert transcript.text.startswith("# HD-42") and "休暇は何日ですか？" in transcript.text
+    assert "transcript truncated" in transcript.text and "policypal handoffs HD-42" in transcript.text
+
+
 async def test_a_refused_post_raises():
     async with FakeBotConnector(fail_status=403) as channel:
         with pytest.raises(HttpOperationError):
