@@ -104,7 +104,8 @@ def question_text(activity: Activity) -> str:
 
 
 def user_of(activity: Activity, groups: GroupMap, member: dict[str, Any] | None = None) -> UserRef:
-    """The sender: AAD object id, name, groups; ``member`` (the roster entry, when fetched) adds email and role."""
+    """The sender: AAD object id, name, groups; ``member`` (the roster entry, when fetched) adds email, role
+    and tenant: a guest role, or another organisation's tenant, makes the sender a guest."""
     sender = activity.get("from") or {}
     profile = {**sender, **(member or {})}
     user_id = str(profile.get("aadObjectId") or profile.get("id") or "")
@@ -114,8 +115,20 @@ def user_of(activity: Activity, groups: GroupMap, member: dict[str, Any] | None 
         name=str(profile.get("name") or ""),
         email=str(email) if email else None,
         groups=groups.groups_for(user_id, str(email or ""), str(sender.get("id") or "")),
-        is_guest=str(profile.get("userRole") or "").lower() in GUEST_ROLES,
+        is_guest=str(profile.get("userRole") or "").lower() in GUEST_ROLES or from_elsewhere(activity, member),
     )
+
+
+def from_elsewhere(activity: Activity, member: dict[str, Any] | None) -> bool:
+    """Whether the roster places the sender in another organisation's tenant than the conversation's.
+
+    In a shared channel (Teams Connect) or an external-access chat the other company's people are
+    members of their own tenant, so their role reads "user", not "guest": yet they are no employees here.
+    Without the roster's tenant or the conversation's, nothing says they are from elsewhere.
+    """
+    theirs = str((member or {}).get("tenantId") or "")
+    ours = tenant_of(activity)
+    return bool(theirs and ours and theirs != ours)
 
 
 def to_inbound(activity: Activity, user: UserRef) -> Inbound:

@@ -54,16 +54,26 @@ CHANNEL = "19:general@thread.tacv2"
 ALICE = {"id": "29:alice", "name": "Alice Example", "aadObjectId": "aad-alice"}
 BOB = {"id": "29:bob", "name": "Bob Example", "aadObjectId": "aad-bob"}
 GUEST = {"id": "29:gwen", "name": "Gwen Guest", "aadObjectId": "aad-gwen"}
-ROSTER = {
+ROSTER = {  # as GetConversationMember answers: each member with their role and tenant
     ALICE["id"]: {
         **ALICE,
         "email": "alice@contoso.example",
         "userPrincipalName": "alice@contoso.example",
         "userRole": "user",
+        "tenantId": TENANT,
     },
-    BOB["id"]: {**BOB, "email": "bob@contoso.example", "userPrincipalName": "bob@contoso.example", "userRole": "user"},
-    GUEST["id"]: {**GUEST, "email": "gwen@partner.example", "userRole": "guest"},
+    BOB["id"]: {
+        **BOB,
+        "email": "bob@contoso.example",
+        "userPrincipalName": "bob@contoso.example",
+        "userRole": "user",
+        "tenantId": TENANT,
+    },
+    GUEST["id"]: {**GUEST, "email": "gwen@partner.example", "userRole": "guest", "tenantId": TENANT},
 }
+# Another company's employee in a shared channel: a "user" of their own tenant (not on ROSTER by default).
+PARTNER = {"id": "29:pat", "name": "Pat Partner", "aadObjectId": "aad-pat"}
+PARTNER_MEMBER = {**PARTNER, "email": "pat@fabrikam.example", "userRole": "user", "tenantId": "tenant-fabrikam"}
 
 
 @dataclass(frozen=True)

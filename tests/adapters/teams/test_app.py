@@ -28,7 +28,18 @@ from bot.service import PolicyPal
 from bot.store import DeliveryRecord
 from bot.wiring import open_service
 from tests.bot.helpers import eventually, settings_for, two_searches
-from tests.fakes.bot_connector import ALICE, BOB, BOT_ID, CHANNEL, GUEST, TENANT, FakeBotConnector, Recorded
+from tests.fakes.bot_connector import (
+    ALICE,
+    BOB,
+    BOT_ID,
+    CHANNEL,
+    GUEST,
+    PARTNER,
+    PARTNER_MEMBER,
+    TENANT,
+    FakeBotConnector,
+    Recorded,
+)
 from tests.fakes.openai_server import FakeOpenAI, Turn, respond, text, tool_calls
 
 TICKET = {"category": "network_vpn", "summary": "NorthGate VPN fails with NG-809", "urgency": "high"}
@@ -397,6 +408,19 @@ async def test_a_guest_may_not_propose_a_ticket(teams):
     reply = await teams.reply()
     assert not reply.cards or all(a["verb"] != "confirm" for a in reply.cards[0].get("actions", []))
     assert await teams.service.store.pending.find("open") == []
+
+
+async def test_someone_from_another_organisation_may_not_propose_a_ticket(teams):
+    """In a shared channel the partner's people are "user"s of their own tenant, not guests in Teams' eyes,
+    but they are no employees here: the ticket tool is refused them as it is to guests."""
+    teams.channel.roster[PARTNER["id"]] = PARTNER_MEMBER
+    teams.model.script(tool_calls(("create_it_ticket", TICKET)), text("I can't raise that ticket."))
+    await teams.post(teams.channel.channel_message("my VPN is broken, open a ticket", sender=PARTNER))
+    reply = await teams.reply()
+    assert not reply.cards or all(a["verb"] != "confirm" for a in reply.cards[0].get("actions", []))
+    assert await teams.service.store.pending.find("open") == []
+    (run,) = await teams.service.store.runs.recent()
+    assert run.reason == "policy_denied"
 
 
 async def test_without_the_roster_the_sender_is_treated_as_a_guest(teams):
