@@ -24,6 +24,7 @@ from bot.wiring import SAMPLE_POLICIES, open_service
 from retrieval import IndexMissingError, PolicyIndexError
 
 Decide = Literal["confirm", "cancel"] | None
+HANDED_OVER = 3  # the exit code when the person was handed to the helpdesk rather than helped
 DELIVERY_WAIT_S = 10.0  # the terminal waits this long for the helpdesk; failures stay in the outbox
 
 
@@ -43,7 +44,7 @@ async def ask(
     prompt: Callable[[str], str] | None = input,
     out: TextIO = sys.stdout,
 ) -> int:
-    """One question; a pending ticket is confirmed or cancelled by flag, by prompt, or left open."""
+    """One question; a pending ticket is confirmed or cancelled by flag, by prompt (not with --json), or left open."""
     reply = await service.handle_message(inbound(question, user, uuid.uuid4().hex[:12]))
     assert reply is not None  # a fresh event id is never a duplicate
     decided: DecisionReply | None = None
@@ -51,8 +52,8 @@ async def ask(
     if isinstance(reply.outcome, Pending):
         if not as_json:
             out.write(render(reply) + "\n")
-        try:
-            choice = answer_pending or _prompt_choice(prompt)
+        try:  # --json never prompts: stdout holds only the object, and a script is never left waiting
+            choice = answer_pending or (None if as_json else _prompt_choice(prompt))
         except KeyboardInterrupt:  # Ctrl-C at the prompt: neither confirmed nor cancelled
             choice, interrupted = None, True
         if choice is not None:
@@ -69,7 +70,9 @@ async def ask(
     if interrupted:
         return INTERRUPTED
     final = decided.reply if decided and decided.reply else reply
-    return 0 if isinstance(final.outcome, Answer | Pending) else 3
+    if isinstance(final.outcome, Answer | Pending) and not _failed_call(decided):
+        return 0
+    return HANDED_OVER
 
 
 async def decide(service: TerminalService, pending: Pending, user: UserRef, choice: str) -> DecisionReply:
@@ -138,6 +141,12 @@ def _case_ids(reply: Reply, decided: DecisionReply | None) -> list[str]:
     if decided is not None and decided.case is not None:
         found.append(decided.case.case_id)
     return list(dict.fromkeys(found))
+
+
+def _failed_call(decided: DecisionReply | None) -> bool:
+    """The confirmed call failed or may not have happened: a case was opened, though the continued
+    run's reply ("Sorry, I couldn't raise the ticket ...") is an Answer, so a script must not read success."""
+    return decided is not None and decided.case is not None
 
 
 def _left_open(pending: Pending) -> str:
@@ -320,7 +329,9 @@ async def decide_by_id(
     out.write(render_decision(decided) + "\n")
     if decided.reply is not None:
         await deliver_cases(service, decided.reply, decided, out=out)
-    return 0 if decided.status in ("confirmed", "cancelled") else 1
+    if decided.status not in ("confirmed", "cancelled"):
+        return 1
+    return HANDED_OVER if _failed_call(decided) else 0
 
 
 def ensure_sample_index(settings: Settings) -> None:

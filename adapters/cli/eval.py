@@ -65,7 +65,7 @@ async def run_eval(
     except ReportFileError as exc:
         err.write(f"policypal eval: --compare: {exc}\n")
         return 2
-    unwritable = _unwritable(options.json_out) if options.json_out is not None else ""
+    unwritable = _unwritable(options.json_out, options.tasks) if options.json_out is not None else ""
     if unwritable:
         err.write(f"policypal eval: --json {options.json_out}: {unwritable}\n")
         return 2
@@ -93,11 +93,14 @@ async def run_eval(
     return _exit_code(report, options.min_success, err)
 
 
-def _unwritable(path: Path) -> str:
+def _unwritable(path: Path, tasks: Path) -> str:
     """Why the report could not be written to ``path`` (checked first: a whole eval's report is not lost
-    to a typo at its end), or "". A missing folder is fine: writing the report makes it."""
+    to a typo at its end, nor the task file to a report written over it), or "". A missing folder is
+    fine: writing the report makes it."""
     if path.is_dir():
         return "is a folder; name a file"
+    if path.exists() and path.samefile(tasks):
+        return "is the task file itself; name another file for the report"
     folder = next((parent for parent in path.absolute().parents if parent.exists()), None)
     if folder is None or not folder.is_dir():
         return f"{folder} is not a folder"

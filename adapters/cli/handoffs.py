@@ -35,7 +35,7 @@ async def show_handoffs(
     store = await Store.open(settings.resolved_database_url)
     try:
         if retry:
-            return await _retry(settings, store, case_id, destinations, out)
+            return await _retry(settings, store, case_id, destinations, as_json, out)
         if case_id:
             return await _show(store, case_id, as_json, out)
         return await _list(store, limit, failed, as_json, out)
@@ -57,8 +57,8 @@ async def _list(store: Store, limit: int, failed: bool, as_json: bool, out: Text
 async def _show(store: Store, case_id: str, as_json: bool, out: TextIO) -> int:
     number = case_number(case_id)
     record = await store.cases.get(number) if number is not None else None
-    if record is None:
-        out.write(f"No case {case_id}.\n")
+    if record is None:  # with --json, stdout holds JSON or nothing: a script's parser must not read this
+        (sys.stderr if as_json else out).write(f"No case {case_id}.\n")
         return 1
     case = HandoffCase.from_record(record)
     deliveries = await store.outbox.deliveries([record.number])
@@ -71,10 +71,15 @@ async def _show(store: Store, case_id: str, as_json: bool, out: TextIO) -> int:
 
 
 async def _retry(
-    settings: Settings, store: Store, case_id: str | None, factory: DestinationFactory | None, out: TextIO
+    settings: Settings,
+    store: Store,
+    case_id: str | None,
+    factory: DestinationFactory | None,
+    as_json: bool,
+    out: TextIO,
 ) -> int:
     if case_id and not await _exists(store, case_id):  # "0 put back" would read as nothing left to retry
-        out.write(f"No case {case_id}.\n")
+        (sys.stderr if as_json else out).write(f"No case {case_id}.\n")
         return 1
     destinations = list(factory(settings) if factory else [])
     try:
@@ -84,8 +89,12 @@ async def _retry(
         results = await outbox.run_once(number)
     finally:
         await _close_all(destinations)
-    out.write(f"{reset} failed deliveries put back in the outbox; {len(results)} attempted now.\n")
-    out.write("".join(_result_line(r) for r in results))
+    if as_json:
+        data = {"put_back": reset, "attempted": [_attempt_json(r) for r in results]}
+        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.write(f"{reset} failed deliveries put back in the outbox; {len(results)} attempted now.\n")
+        out.write("".join(_result_line(r) for r in results))
     return 1 if any(r.status != "delivered" for r in results) else 0
 
 
@@ -153,6 +162,11 @@ def _deliveries_text(deliveries: Sequence[DeliveryRecord]) -> str:
         + "\n"
         for d in deliveries
     )
+
+
+def _attempt_json(result: DeliveryResult) -> dict[str, str]:
+    return {"case_id": result.case_id, "destination": result.destination, "status": result.status,
+            "detail": result.detail}
 
 
 def _result_line(result: DeliveryResult) -> str:

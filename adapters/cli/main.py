@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="ask one question in the terminal")
     ask.add_argument("question")
     _user_options(ask)
-    ask.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    ask.add_argument("--json", action="store_true",
+                     help="print the outcome as one JSON object (no prompt: a ticket is left open without --yes/--no)")
     choice = ask.add_mutually_exclusive_group()
     choice.add_argument("--yes", action="store_true", help="confirm a proposed ticket without a prompt")
     choice.add_argument("--no", action="store_true", help="cancel a proposed ticket without a prompt")

@@ -22,8 +22,8 @@ async def show_traces(
             out.write(_json([_summary(r) for r in runs]) if as_json else terminal_safe(_table(runs)))
             return 0
         run = await store.runs.get(run_id)
-        if run is None:
-            out.write(f"No run {run_id}.\n")
+        if run is None:  # with --json, stdout holds JSON or nothing: a script's parser must not read this
+            (sys.stderr if as_json else out).write(f"No run {run_id}.\n")
             return 1
         ratings = await store.runs.ratings(run_id)
         if as_json:

@@ -134,3 +134,19 @@ async def test_an_eval_whose_every_run_is_a_model_error_fails_even_without_min_s
     fake_openai.assert_script_consumed()
     assert code == 1 and f"every run ({runs}) ended in a model error" in err.getvalue()
     assert f"model_error {runs}" in out.getvalue()
+
+
+async def test_a_json_path_naming_the_task_file_exits_2_and_leaves_the_tasks_as_they_were(
+    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: object
+):
+    """`policypal eval tasks.jsonl --json tasks.jsonl` (a completion slip) wrote the report over the tasks."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(TASKS.read_bytes())
+    err = io.StringIO()
+
+    code = await run_eval(settings_for(tmp_path, fake_openai), EvalOptions(tasks, json_out=tmp_path / "tasks.jsonl"),
+                          searcher=SampleOrNothing(sample_index), out=io.StringIO(), err=err)  # type: ignore[arg-type]
+
+    assert code == 2 and "is the task file itself" in err.getvalue()
+    assert tasks.read_bytes() == TASKS.read_bytes()
+    assert fake_openai.events == []  # no task ran

@@ -77,3 +77,20 @@ def test_a_case_id_beyond_any_stored_number_is_no_case_not_a_traceback(
 
     assert main(["handoffs", "HD-99999999999999999999", *retry]) == 1
     assert capsys.readouterr().out == "No case HD-99999999999999999999.\n"
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (["traces", "run_nope", "--json"], "No run run_nope.\n"),
+    (["handoffs", "HD-9999", "--json"], "No case HD-9999.\n"),
+])  # fmt: skip
+def test_an_unknown_id_with_json_leaves_stdout_empty_for_the_script_and_says_so_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str], said: str
+):
+    """`policypal traces ID --json | jq` got "No run ID." on stdout: a parse error instead of the exit code's 1."""
+    monkeypatch.setenv("POLICYPAL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+
+    assert main(command) == 1
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert printed.err.endswith(said)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import pty
 import re
@@ -78,6 +79,33 @@ def test_ctrl_c_or_d_at_the_prompt_returns_at_once_and_leaves_the_action_open(
     assert decided.returncode == 0, decided.stderr
     assert "Cancelled: no ticket was raised." in decided.stdout
     assert asyncio.run(_state(data, pending_id)) == "cancelled"
+
+
+def test_ask_json_on_a_terminal_prints_only_the_object_and_leaves_the_ticket_open(tmp_path: Path) -> None:
+    """`policypal ask --json "..." | jq` printed `Confirm? [y/N] ` into the pipe (not JSON), so the asker
+    saw no prompt and no card while the command waited for a line; a typed-ahead `y` then raised the ticket."""
+    data = _data_dir_with_a_small_index(tmp_path)
+    main, terminal = pty.openpty()  # stdin is the asker's terminal, stdout a pipe to a JSON reader
+    os.write(main, b"y\n")  # typed ahead: before the fix the hidden prompt read it and confirmed
+    asking = subprocess.Popen(
+        [sys.executable, "-m", "adapters.cli", "ask", STOLEN, "--json"],
+        stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=_clean_env(data),
+        start_new_session=True,
+    )
+    os.close(terminal)
+    try:
+        out, err = asking.communicate(timeout=WAIT_S)
+    finally:
+        if asking.poll() is None:
+            asking.kill()
+            asking.wait()
+        os.close(main)
+
+    assert asking.returncode == 0, err
+    outcome = json.loads(out)  # the whole of stdout is the one object
+    assert outcome["reason"] == "pending_confirmation" and outcome["pending"]["state"] == "open"
+    assert "decision" not in outcome
+    assert asyncio.run(_state(data, outcome["pending"]["id"])) == "open"
 
 
 async def test_ctrl_c_at_the_chat_prompt_leaves_the_action_open_and_exits_130(tmp_path, sample_index):
