@@ -104,6 +104,8 @@ def _walk(root: Path, report: LoadReport) -> Iterator[_Candidate]:
     """Supported files under ``root`` in sorted relative-path order; other files are not policies.
 
     Symlinked directories are not followed (a link can loop, or pull in half the disk); each is noted.
+    A named pipe, socket or device with a policy's name is a failure, as when it is given by name:
+    reading a pipe waits for a writer forever.
     """
     found: list[str] = []
     for directory, subdirs, files in os.walk(root):
@@ -112,7 +114,12 @@ def _walk(root: Path, report: LoadReport) -> Iterator[_Candidate]:
             if os.path.islink(os.path.join(directory, name)):
                 report.notes.append((Path(directory) / name, "skipped: a symlinked directory (links are not followed)"))
         base = Path(directory).relative_to(root)
-        found += [(base / name).as_posix() for name in files if _wanted(name)]
+        for name in filter(_wanted, files):
+            path = Path(directory) / name
+            if path.exists() and not path.is_file():
+                report.failures.append(LoadFailure(path, "not a regular file"))
+            else:
+                found.append((base / name).as_posix())
     for relative in sorted(found):
         yield _Candidate(root / relative, relative)
 

@@ -773,6 +773,17 @@ def test_symlinked_folders_are_not_followed_and_say_so(tmp_path: Path) -> None:
     assert report.notes == [(tmp_path / "root" / "linked", "skipped: a symlinked directory (links are not followed)")]
 
 
+@pytest.mark.timeout(30)  # the old loader waited for the pipe's writer forever
+def test_a_named_pipe_with_a_policys_name_in_a_folder_is_a_failure_not_a_hang(tmp_path: Path) -> None:
+    write(tmp_path / "leave.md", "# Leave\n\nTwenty-five days a year.\n")
+    os.mkfifo(tmp_path / "pipe.md")
+
+    report = load_documents([tmp_path])
+
+    assert [d.doc_id for d in report.documents] == ["leave.md"]
+    assert failure_reasons(report) == {"pipe.md": "not a regular file"}
+
+
 def test_undecodable_and_binary_text_are_failures(tmp_path: Path) -> None:
     write(tmp_path / "junk.txt", b"\x81\x8d\x90 not text")
     write(tmp_path / "bin.md", b"abc\x00\x01\x02")
