@@ -67,13 +67,14 @@ def _plain_link(match: re.Match[str]) -> str:
 
 
 def _plain_ref(ref: str, label: str = "") -> str:
-    """<#C123|general> -> #general, <@U123> -> @U123, <!here> -> @here, <https://x> -> https://x."""
+    """<#C123|general> -> #general, <@U123> -> @U123, <!here> -> @here, <!subteam^S1|@hr> -> @hr (a user
+    group's label carries its own "@"), <https://x> -> https://x."""
     if ref.startswith("#"):
-        return "#" + (label or ref[1:])
+        return "#" + (label.removeprefix("#") or ref[1:])
     if ref.startswith("@"):
-        return "@" + (label or ref[1:])
+        return "@" + (label.removeprefix("@") or ref[1:])
     if ref.startswith("!"):
-        return "@" + (label or ref[1:].split("^")[0])
+        return "@" + (label.removeprefix("@") or ref[1:].split("^")[0])
     return ref
 
 

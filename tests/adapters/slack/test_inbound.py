@@ -49,6 +49,10 @@ def test_the_question_loses_the_bot_mention_and_slack_markup():
     assert question_text(text, "UBOT") == "can @U2 see #finance & this doc (https://x.example/a)? @here"
 
 
+def test_a_user_group_mention_reads_as_its_name_once() -> None:
+    assert question_text("<@UBOT> can <!subteam^S0HR|@hr-team> approve this?", "UBOT") == "can @hr-team approve this?"
+
+
 def test_inbound_keys_a_conversation_by_team_channel_and_thread_root():
     user = UserRef("U1")
     body = {"team_id": "T0TEAM", "event_id": "Ev1"}
