@@ -61,6 +61,14 @@ _HELP_REQUEST = re.compile(
     r"|take a look|have a look)|\bplease help\b|\bhelp me\b",
     re.I,
 )
+# "ok to paste a customer's error logs into chatgpt?", "am i allowed to ...": asking whether something may be
+# done is a question about the policy, whatever problem words it holds ("error", "help me debug").
+_ASKS_PERMISSION = re.compile(
+    r"^(?:(?:so|but|and|also|quick q(?:uestion)?)[,:]?\s+)?(?:is it |would it be |it's |its |is that |would that be )?"
+    r"(?:ok|okay|fine|alright|all right|acceptable|allowed|permitted)\s+(?:to|if)\b"
+    r"|^(?:am i|are we|is (?:someone|anyone|an? \w+))\s+(?:allowed|permitted)\s+to\b",
+    re.I,
+)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|my|me|mine|we|we're|our|us)\b", re.I)
 _ASKS_MEANING = re.compile(  # "what does error NG-412 mean?", also as one part of a longer question
     r"\b(?:what|which)\s+(?:does|do|is|are)\b[^.!?]*?\b(?:mean|means|meaning|stand for|refer to|error|code)\b[^.!]*\?",
@@ -191,6 +199,8 @@ def is_problem_report(text: str) -> bool:
     text = text.replace("’", "'")
     if _TICKET_REQUEST.search(text):
         return True
+    if _ASKS_PERMISSION.search(text):
+        return False
     if _ASKS_MEANING.search(text):  # "what does error NG-412 mean?" asks the policy, reports nothing
         return False
     if opens_like_question(text) and not _FIRST_PERSON.search(text):  # "is POL-SEC-004 about phishing?"
@@ -200,7 +210,11 @@ def is_problem_report(text: str) -> bool:
 
 def is_problem_clause(clause: str) -> bool:
     """One clause of a message that reports a problem or asks for help with it, rather than asking."""
-    if _TICKET_REQUEST.search(clause) or _HELP_REQUEST.search(clause):
+    if _TICKET_REQUEST.search(clause):
+        return True
+    if _ASKS_PERMISSION.search(clause.replace("’", "'")):  # "ok to ... to help me debug?" asks, not reports
+        return False
+    if _HELP_REQUEST.search(clause):
         return True
     if opens_like_question(clause):
         return False

@@ -127,6 +127,23 @@ async def test_a_question_about_a_policy_is_never_a_ticket(offline: PolicyPal) -
 @pytest.mark.parametrize(
     "question",
     [
+        "ok to paste a customer's error logs into chatgpt to help me debug?",  # "error", "help me": still asks
+        "okay to forward an error email from a customer to my personal gmail?",
+        "fine to use chatgpt to help me write a reply to a customer complaint?",
+    ],
+)
+async def test_asking_whether_something_may_be_done_is_a_question_not_a_ticket(
+    offline: PolicyPal, question: str
+) -> None:
+    reply = await ask(offline, question)
+
+    assert not isinstance(reply.outcome, Pending)
+    assert await offline.store.pending.find("open") == []
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
         "is there parking at the lisbon office?",
         "does northwind pay for a gym membership",
         "do we get a gym membership or any kind of fitness allowance?",  # two names, neither in the policies
