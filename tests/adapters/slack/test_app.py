@@ -282,10 +282,10 @@ async def test_assistant_threads_get_suggested_prompts_and_a_status_while_the_ru
 # --- who the user is --------------------------------------------------------------------------------
 
 
-async def test_a_guest_may_not_raise_a_ticket_and_the_give_up_names_the_helpdesk_case(slack: SlackRig):
+async def ticket_refused(slack: SlackRig, event: dict[str, Any]) -> tuple[SlackCall, Any]:
+    """The model asks for a ticket on ``event``; the reply (in its thread, no card) and the run, refused."""
     ticket = {"category": "hardware", "summary": "Laptop screen broken", "urgency": "normal"}
     slack.model.script(tool_calls(("create_it_ticket", ticket)))
-    event = dm_event(GUEST, "my screen broke, open a ticket", channel="D0GUS")
     await slack.send(event_envelope(event))
     (reply,) = await slack.replies()
     assert reply["thread_ts"] == event["ts"]
@@ -293,6 +293,11 @@ async def test_a_guest_may_not_raise_a_ticket_and_the_give_up_names_the_helpdesk
     assert "Confirm" not in reply.block_text
     (run,) = await slack.service.store.runs.recent()
     assert run.reason == "policy_denied"  # users.info said guest, so the write tool was refused
+    return reply, run
+
+
+async def test_a_guest_may_not_raise_a_ticket_and_the_give_up_names_the_helpdesk_case(slack: SlackRig):
+    reply, run = await ticket_refused(slack, dm_event(GUEST, "my screen broke, open a ticket", channel="D0GUS"))
     reference = next(e["text"] for b in reply.blocks if b["type"] == "context" for e in b["elements"])
     assert "Helpdesk case" in reference and run.id in reference
 
@@ -300,16 +305,7 @@ async def test_a_guest_may_not_raise_a_ticket_and_the_give_up_names_the_helpdesk
 async def test_someone_from_another_organisation_may_not_raise_a_ticket(slack: SlackRig):
     """In a Slack Connect channel the vendor's people are no guests of ours in Slack's eyes (not restricted),
     but they are not employees either: the ticket tool is refused them as it is to guests."""
-    ticket = {"category": "access", "summary": "Give me VPN access", "urgency": "high"}
-    slack.model.script(tool_calls(("create_it_ticket", ticket)))
-    event = mention_event(PARTNER, "<@UBOT> open a ticket for VPN access", channel="C0SHARED")
-    await slack.send(event_envelope(event))
-    (reply,) = await slack.replies()
-    assert reply["thread_ts"] == event["ts"]
-    assert "Confirm" not in reply.block_text
-    (run,) = await slack.service.store.runs.recent()
-    assert run.reason == "policy_denied"
-    assert await slack.service.store.tickets.count() == 0
+    await ticket_refused(slack, mention_event(PARTNER, "<@UBOT> my screen broke, open a ticket", channel="C0SHARED"))
 
 
 async def test_when_slack_cannot_say_who_someone_is_they_are_treated_as_a_guest(slack: SlackRig):
