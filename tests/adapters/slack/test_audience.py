@@ -177,27 +177,6 @@ def script_before_and_after_bob_joins(fake_openai: FakeOpenAI) -> None:
     )
 
 
-async def test_with_members_audience_someone_who_joined_the_channel_reads_the_next_answer_there(
-    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    searcher = AudienceSearcher()
-    script_before_and_after_bob_joins(fake_openai)
-    started, slack = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
-    slack.slack.members = {"C_HR": [HANA, HUGO, slack.slack.bot_user_id]}
-    try:
-        await slack.send(event_envelope(mention_event(HANA, "<@UBOT> what team changes are planned?", channel="C_HR")))
-        await slack.replies(1)
-        await joins(slack, BOB, "C_HR")
-        await slack.send(event_envelope(mention_event(HANA, "<@UBOT> and now?", channel="C_HR")))
-        posted = await slack.replies(3)
-    finally:
-        await anext(started, None)
-    assert searcher.searched_with == [("all", "hr"), ("all",), ("all", "hr")]  # the second thread's, then hers
-    assert len(slack.slack.calls_to("conversations.members")) == 2  # read again after the join, not from the cache
-    (thread_reply,) = [reply for reply in posted[1:] if reply["channel"] == "C_HR"]
-    assert "Operations" not in thread_reply.block_text and PRIVATE_PART_SENT in thread_reply.block_text
-
-
 @contextlib.asynccontextmanager
 async def another_replica(
     rig: SlackRig, tmp_path: Path, searcher: AudienceSearcher, **settings: Any
@@ -222,23 +201,27 @@ async def another_replica(
         await service.close()
 
 
-async def test_with_members_audience_a_join_another_replica_got_makes_the_next_answer_here_for_the_newcomer(
-    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["join seen here", "join seen by another replica"])
+async def test_with_members_audience_someone_who_joined_the_channel_reads_the_next_answer_there(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, elsewhere: bool
 ) -> None:
+    """The join is worked on by this app, or by another replica on the same database (Slack sent the
+    member_joined_channel event there): either way the next answer here is built for the newcomer too."""
     searcher = AudienceSearcher()
     script_before_and_after_bob_joins(fake_openai)
     started, here = await rig(tmp_path, fake_openai, monkeypatch, searcher, shared_audience="members")
     here.slack.members = {"C_HR": [HANA, HUGO, here.slack.bot_user_id]}
+    replica = another_replica(here, tmp_path, searcher, shared_audience="members")
     try:
-        async with another_replica(here, tmp_path, searcher, shared_audience="members") as there:
+        async with replica if elsewhere else contextlib.nullcontext(here) as there:
             await here.send(event_envelope(mention_event(HANA, "<@UBOT> what team changes?", channel="C_HR")))
             await here.replies(1)
-            await joins(there, BOB, "C_HR")  # Slack sent the member_joined_channel event to the other replica
+            await joins(there, BOB, "C_HR")
             again = mention_event(HANA, "<@UBOT> and now?", channel="C_HR")
             await here.send(event_envelope(again))
             (thread_reply,) = await here.replies(1, channel="C_HR", thread_ts=again["ts"])
             assert searcher.searched_with[:2] == [("all", "hr"), ("all",)]  # the second answer is built for Bob too
-            assert PRIVATE_PART_SENT in thread_reply.block_text
+            assert "Operations" not in thread_reply.block_text and PRIVATE_PART_SENT in thread_reply.block_text
             await here.replies(1, channel=HANA)  # the HR part, privately
     finally:
         await anext(started, None)

@@ -120,27 +120,6 @@ async def dave_joins_the_team(harness: Teams) -> None:
     assert status in (200, 201)
 
 
-async def test_with_members_audience_someone_added_to_the_team_reads_the_next_channel_answer(
-    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    searcher = AudienceSearcher()
-    script_before_and_after_dave_joins(fake_openai)
-    async for harness in started(
-        tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE, shared_audience="members"
-    ):
-        await ask_in_channel(harness)
-        await dave_joins_the_team(harness)
-        await harness.post(harness.channel.channel_message("and now?", sender=ALICE))
-        await harness.reply(count=3)  # the thread's answer and, in her personal chat, the HR part
-        await harness.settle()
-        in_channel = [m for m in harness.channel.messages() if m.conversation_id.startswith(CHANNEL)]
-        roster_reads = [member for _, member in harness.channel.member_lookups if member == "*"]
-    assert searcher.searched_with == [("all", "hr"), ("all",), ("all", "hr")]
-    assert roster_reads == ["*", "*"]  # read again after the join, not from the cache
-    said = json.dumps(in_channel[-1].json)
-    assert len(in_channel) == 2 and PRIVATE_PART_SENT in said and "merge" not in said
-
-
 @contextlib.asynccontextmanager
 async def another_replica(harness: Teams, searcher: AudienceSearcher) -> AsyncIterator[Teams]:
     """A second app on the same database, talking to the same channel: another replica behind the load balancer."""
@@ -155,24 +134,27 @@ async def another_replica(harness: Teams, searcher: AudienceSearcher) -> AsyncIt
         await service.close()
 
 
-async def test_with_members_audience_a_join_another_replica_got_makes_the_next_channel_answer_here_for_them(
-    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["join seen here", "join seen by another replica"])
+async def test_with_members_audience_someone_added_to_the_team_reads_the_next_channel_answer(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, elsewhere: bool
 ) -> None:
+    """The conversationUpdate reaches this app, or another replica on the same database: either way the next
+    answer in the channel here is built for the newcomer too."""
     searcher = AudienceSearcher()
     script_before_and_after_dave_joins(fake_openai)
     async for here in started(
         tmp_path, fake_openai, monkeypatch, searcher, user_groups=HR_EVERYONE, shared_audience="members"
     ):
-        async with another_replica(here, searcher) as there:
+        async with another_replica(here, searcher) if elsewhere else contextlib.nullcontext(here) as there:
             await ask_in_channel(here)
-            await dave_joins_the_team(there)  # Teams sent the conversationUpdate to the other replica
+            await dave_joins_the_team(there)
             await here.post(here.channel.channel_message("and now?", sender=ALICE))
-            await here.reply(count=2)
+            await here.reply(count=2)  # the thread's answer and, in her personal chat, the HR part
             await here.settle()
             in_channel = [m for m in here.channel.messages() if m.conversation_id.startswith(CHANNEL)]
             roster_reads = [member for _, member in here.channel.member_lookups if member == "*"]
-    assert searcher.searched_with[:2] == [("all", "hr"), ("all",)]  # the second answer was built for Dave too
-    assert roster_reads == ["*", "*"]  # read again after the join, not from this replica's cache
+    assert searcher.searched_with == [("all", "hr"), ("all",), ("all", "hr")]  # the second answer is for Dave too
+    assert roster_reads == ["*", "*"]  # read again after the join, not from the cache
     said = json.dumps(in_channel[-1].json)
     assert len(in_channel) == 2 and PRIVATE_PART_SENT in said and "merge" not in said
 
