@@ -2,17 +2,18 @@
 
 Two nets: the exact values of every secret PolicyPal was configured with, and the shapes of common
 credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` headers of any scheme with every
-parameter of Digest's, ``Cookie:`` headers and curl's ``-b``/``-u``, mysql's ``-pSECRET``, API Management's
-subscription key, passwords in URLs, storage keys and signatures in connection strings and signed URLs, JWTs,
-private keys, ``password=...``), so a token a user pasted into a question is caught too. Mapping keys that name
-a secret have every string inside their value replaced, however deep; numbers stay (they are counts such as
-``tokens`` or rules such as ``password_min_length``).
+parameter of Digest's, ``Cookie:`` headers and curl's ``-b``/``-u``, mysql's ``-pSECRET`` and ``--password
+SECRET``, sshpass's ``-p``, API Management's subscription key, passwords in URLs, storage keys and signatures in
+connection strings and signed URLs, JWTs, private keys, ``password=...``), so a token a user pasted into a
+question is caught too. Mapping keys that name a secret have every string inside their value replaced, however
+deep; numbers stay (they are counts such as ``tokens`` or rules such as ``password_min_length``).
 
 After ``password:`` or ``passphrase:`` (or a spaced ``password = ``) the value goes up to the end of its
 line, a closing quote, or a sentence end (``.``, ``!`` or ``?`` then a space; the mark goes with it): a
 passphrase is several words ("correct horse battery staple"), and an apostrophe inside a word ("don't")
 does not end it. An unspaced ``DB_PASSWORD=x`` is a shell word: only ``x`` goes. After any other
-``api_key=...`` the value goes; a PIN read out in groups ("pin: 42 17") goes whole, not its first group only.
+``api_key=...`` the value goes; a PIN read out in groups ("pin: 42 17", "4217 9921abc") goes whole, not its first
+group only.
 After ``Authorization: Bearer`` (or another known scheme) the credential goes whatever it looks like.
 
 A bare label may head a field of a policy ("Password: at least 14 characters, changed every 90 days"), so a
@@ -60,8 +61,10 @@ _SECRET_NAME = (
     rf"(?:{_PASSWORD_NAME}|(?:[a-z0-9]+[_.-])*"
     r"(?:pin|secret[_ -]?(?:access[_ -]?)?key|secret|client[_ -]?secret|api[_ -]?key|access[_ -]?token|token))"
 )
-# Groups of digits, as a PIN is read out ("42 17"), up to a space, a mark or a quote: not "4217 9921abc".
-_DIGIT_GROUPS = r"\d+(?:[ \t]+\d+)+(?![^\s.,;:!?)\]\"'`])"
+# Groups as a PIN is read out ("42 17"), each a word opening with a digit ("4217 9921abc": the letters are the
+# PIN's too), up to a space, a mark or a quote.
+_DIGIT_GROUP = r"\d[^\s.,;:!?)\]\"'`]*"
+_DIGIT_GROUPS = rf"{_DIGIT_GROUP}(?:[ \t]+{_DIGIT_GROUP})+"
 # A few words saying what the secret opens, before "is": "password for the Okta portal is".
 _OPENS = r"(?:\s+(?:for|on|to|of|at)(?:\s+(?!is\b)[\w.@'-]+){1,3})?"
 
@@ -106,14 +109,20 @@ _SIGNED = re.compile(
 _APIM_KEY = re.compile(r"(?i)\b(ocp-apim-subscription-key(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?)([^\s\"'\\,;]+)")
 # A mysql or mariadb command (mysqldump, mysqladmin, ...) up to the end of its line or of its shell command,
 # quoted arguments and "\" line continuations included; its -p option then holds the password glued to it
-# ("-pSECRET"). A lone "-p" prompts for it, and "-P 3306" is the port. Read to its end in one go: the options
-# are found inside it, so no command is scanned again from each later word.
+# ("-pSECRET"), its --password option the next word. A lone "-p" prompts for it, and "-P 3306" is the port.
+# Read to its end in one go: the options are found inside it, so no command is scanned again from each later word.
 _MYSQL_COMMAND = re.compile(
     r"(?<![\w-])(?:mysql|mariadb)[\w-]*[ \t](?:'[^'\r\n]*'|\"[^\"\r\n]*\"|\\(?:\r?\n|[^\r\n])|[^\r\n;&|'\"\\])*"
 )
-# "-pSECRET", "-p'pass word'": the option kept, the password (one shell word) dropped; "-p," and "-p." end a
-# sentence.
-_MYSQL_PASSWORD = re.compile(r"(?<!\S)(-p)((?![.,;:!?)]*(?:\s|$))(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"`])+)")
+# One shell word, quoted or not, given as an option's value; not a mark ending a sentence ("-p," or "-p.").
+_OPTION_VALUE = r"((?![.,;:!?)]*(?:\s|$))(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"`])+)"
+# "-pSECRET", "-p'pass word'", "--password SECRET": the option kept, the password dropped. "-p prod" stays: mysql
+# reads a spaced -p as "prompt" and "prod" as the database ("mysql -u root -p prod" is the manual's idiom);
+# whoever writes "--password X" means X as the password, and hiding a database name there costs little.
+_MYSQL_PASSWORD = re.compile(rf"(?<!\S)(-p|--password[ \t]+(?![-\\])){_OPTION_VALUE}")
+# sshpass's "-p SECRET" or "-pSECRET", after sshpass's own options only: in "sshpass -f pw ssh -p 2222 host" the
+# "-p" is ssh's port.
+_SSHPASS_PASSWORD = re.compile(rf"(?<![\w-])(sshpass(?:[ \t]+-(?:v|e\w*|P[ \t]*\S+))*[ \t]+-p[ \t]*){_OPTION_VALUE}")
 # "Cookie: sid=x; csrf=y" and "Set-Cookie: ...": the value is the session, up to the end of line or a quote.
 _COOKIE = re.compile(r"(?i)\b((?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)([^\s=;,\"']{1,128}=[^\r\n\"']*)")
 # curl's "-b 'sid=abc; csrf=x'" and "--cookie sid=abc": the value is the session. Without an "=" the argument
@@ -374,6 +383,7 @@ class Redactor:
         value = _CURL_COOKIE.sub(_keep_quoted, value)
         value = _CURL_USER.sub(_keep_user, value)
         value = _MYSQL_COMMAND.sub(_mysql_command, value)
+        value = _SSHPASS_PASSWORD.sub(_keep_quoted, value)
         value = _APIM_KEY.sub(_apim_key, value)
         value = _AUTHORIZATION.sub(_authorization, value)
         value = _VALUE_ON_NEXT_LINE.sub(_value_on_next_line, value)

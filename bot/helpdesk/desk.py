@@ -193,8 +193,17 @@ _HUMAN = re.compile(
     r"|^\s*(human|agent|helpdesk|help\s*desk)(\s+please)?\s*[.!]*\s*$",
     re.I,
 )
+# Asking whether a process involves a person ("do I need to talk to someone in finance about travel?", "should
+# I speak to a person in HR first?") is a policy question, not a request to leave the bot: such a phrase is
+# taken out before a request is looked for, so "can I talk to a human?" or "I need to talk to someone" still is.
+_PROCESS_QUESTION = re.compile(
+    r"\b(?:(?:do|does|did|will|would)\s+(?:\w+\s+){1,2}?(?:need|have)\s+to|(?:should|must|shall)\s+(?:i|we|you|they))"
+    r"(?:\s+(?:first|also|ever))?\s+(?:talk|speak|chat)\b",
+    re.I,
+)
 
 
 def asks_for_human(text: str) -> bool:
-    """A message that asks for a person ("I want a human", "talk to someone"), not a policy question."""
-    return bool(_HUMAN.search(text))
+    """A message that asks for a person ("I want a human", "talk to someone"), not a policy question, even one
+    that asks whether to talk to someone ("do I need to talk to someone in finance?")."""
+    return bool(_HUMAN.search(_PROCESS_QUESTION.sub(" ", text)))

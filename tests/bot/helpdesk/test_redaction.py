@@ -122,9 +122,30 @@ def test_a_very_long_transcript_is_capped_in_slack_with_a_pointer_to_the_full_on
 
 
 def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
-    for text in ("I want a human", "can I talk to someone?", "helpdesk please", "I need a real person"):
+    for text in (
+        "I want a human",
+        "can I talk to someone?",
+        "helpdesk please",
+        "I need a real person",
+        "can I talk to a human?",
+        "I want to speak to someone",
+        "human please",
+        "let me talk to the helpdesk",
+        "I need to talk to someone",
+        "Do I need to talk to someone in HR? I want a human now",  # the request after the question still counts
+        "why do I have to use a bot, let me talk to a human",
+    ):
         assert asks_for_human(text), text
-    for text in ("what is the human resources policy?", "who approves travel?", "how do I reset my password"):
+    for text in (
+        "what is the human resources policy?",
+        "who approves travel?",
+        "how do I reset my password",
+        "Before I book, do I need to talk to someone in finance about travel over $500?",
+        "who do I need to speak to about parental leave?",
+        "Should I speak to a person in HR before I resign?",
+        "does my manager need to talk to someone in payroll first?",
+        "Do we have to speak to the helpdesk before buying software?",
+    ):
         assert not asks_for_human(text), text
 
 
@@ -461,7 +482,7 @@ def test_grafana_service_account_tokens_are_redacted_and_prose_about_their_prefi
         assert redactor.text(prose) == prose
 
 
-def test_a_mysql_password_glued_to_its_option_is_redacted_and_the_prompt_and_port_options_are_not():
+def test_a_password_given_to_a_command_line_option_is_redacted_and_prompt_port_and_file_options_are_not():
     redactor = Redactor()
     for said, redacted in [
         ("mysql -u root -pHunter2 prod", f"mysql -u root -p{REDACTED} prod"),
@@ -473,6 +494,11 @@ def test_a_mysql_password_glued_to_its_option_is_redacted_and_the_prompt_and_por
         ("mariadb -h db -P 3306 -p'pass word' prod", f"mariadb -h db -P 3306 -p'{REDACTED}' prod"),
         ("`mysql -uapp -pplainword app`", f"`mysql -uapp -p{REDACTED} app`"),
         ("mysql -h db \\\n  -u root -pHunter2 prod", f"mysql -h db \\\n  -u root -p{REDACTED} prod"),
+        ("mysql --password Hunter2 -h db prod", f"mysql --password {REDACTED} -h db prod"),
+        ("mysql -u root --password 'pass word' prod", f"mysql -u root --password '{REDACTED}' prod"),
+        ("sshpass -p s3cret ssh -p 2222 bob@host", f"sshpass -p {REDACTED} ssh -p 2222 bob@host"),
+        ("sshpass -pHunter2 scp f host:", f"sshpass -p{REDACTED} scp f host:"),
+        ("sshpass -v -p 'pass word' ssh host", f"sshpass -v -p '{REDACTED}' ssh host"),
     ]:
         assert redactor.text(said) == redacted, said
     for prose in (
@@ -481,6 +507,12 @@ def test_a_mysql_password_glued_to_its_option_is_redacted_and_the_prompt_and_por
         "run mysql -u root -p, then type it when asked",
         "mysql -u root prod; ssh -p2222 bastion",
         "ssh -p2222 bastion",
+        "mysql -u root -p prod",  # a spaced -p prompts: "prod" is the database
+        "mysql -u root --password -h db prod",
+        "use --password-file, not --password",
+        "sshpass -f ~/.pw ssh -p 2222 host",  # ssh's -p is its port
+        "`sshpass -p` shows the password in ps; use sshpass -f",
+        "never run sshpass -p, use a file",
     ):
         assert redactor.text(prose) == prose
 
@@ -517,6 +549,8 @@ def test_a_pin_given_as_several_groups_of_digits_is_redacted_whole():
         ("my PIN is 42 17, thanks", f"my PIN is {REDACTED}, thanks"),
         ("the door pin for B2 is 12 34 56.", f"the door pin for B2 is {REDACTED}."),
         ("my passcode is 4217 9921 now", f"my passcode is {REDACTED} now"),
+        ("PIN: 4217 9921abc", f"PIN: {REDACTED}"),  # a group with letters after its digits is the PIN's too
+        ("my PIN is 4217 9921abc, thanks", f"my PIN is {REDACTED}, thanks"),
     ]:
         assert redactor.text(said) == redacted, said
     for prose in (
@@ -524,6 +558,7 @@ def test_a_pin_given_as_several_groups_of_digits_is_redacted_whole():
         "PIN: 4 to 6 digits, never your birthday",
         "the PIN is 4 to 6 digits",
         "my pin is 1 2 tries from locking",
+        "the PIN policy: 4 digits minimum",
     ):
         assert redactor.text(prose) == prose
 
