@@ -20,6 +20,8 @@ _LINK = re.compile(r"!?\[([^\]\n]+)\]\(\s*<?((?:[^()\s>]|\([^()\s>]*\))+)>?(?:\s
 _AUTOLINK = re.compile(r"<(https?://[^>\s]+|mailto:[^>\s]+)>")
 # A bare URL, without the punctuation or emphasis markers that may close a sentence or a span after it.
 _BARE_URL = re.compile(r"(?:https?://|mailto:)[^\s<>\x00]*[^\s<>\x00*_~.,:;!?'\"]")
+# Bold italic first: left to the bold rule, ``***x***`` became the mis-nested ``*_x*_``. Slack's form is ``*_x_*``.
+_BOLD_ITALIC = re.compile(r"(?<![\w*])\*\*\*(?=[^\s*])(.+?)(?<=[^\s*])\*\*\*(?![\w*])")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
 _ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
 _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
@@ -79,6 +81,7 @@ def _inline(text: str) -> str:
     text = _AUTOLINK.sub(lambda m: keep(f"<{_url(m.group(1))}>"), text)
     text = _BARE_URL.sub(lambda m: keep(escape(m.group(0))), text)
     text = escape(text)
+    text = _BOLD_ITALIC.sub(lambda m: f"{_BOLD_MARK}_{m.group(1)}_{_BOLD_MARK}", text)
     text = _BOLD.sub(lambda m: f"{_BOLD_MARK}{m.group(1) or m.group(2)}{_BOLD_MARK}", text)
     text = _ITALIC.sub(r"_\1_", text)
     text = _STRIKE.sub(r"~\1~", text)

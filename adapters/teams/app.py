@@ -44,6 +44,8 @@ from botbuilder.schema import (
     ChannelAccount,
     ConversationParameters,
     ConversationReference,
+    Error,
+    ErrorResponse,
 )
 from botframework.connector.aio import ConnectorClient
 from msrest.serialization import Model
@@ -277,7 +279,8 @@ class _Handler(TeamsActivityHandler):
 
     async def on_invoke_activity(self, turn_context: TurnContext) -> InvokeResponse | None:
         if turn_context.activity.name == SUBMIT_ACTION:  # Teams' feedback loop: stored, then a plain 200
-            await self.bot.on_feedback_loop(_activity_json(turn_context))
+            if await self.bot.on_feedback_loop(_activity_json(turn_context)) == "not_saved":
+                return InvokeResponse(status=HTTPStatus.INTERNAL_SERVER_ERROR, body=_vote_not_saved())
             return InvokeResponse(status=HTTPStatus.OK)
         if turn_context.activity.name != CARD_ACTION:
             return await super().on_invoke_activity(turn_context)
@@ -296,6 +299,12 @@ def _invoke_body(body: Json) -> Any:
     if isinstance(body["value"], dict):
         return AdaptiveCardInvokeResponse(status_code=body["statusCode"], type=body["type"], value=body["value"])
     return _MessageAnswer(status_code=body["statusCode"], type=body["type"], value=body["value"])
+
+
+def _vote_not_saved() -> ErrorResponse:
+    """The Bot Framework's error body, as a model (CloudAdapter cannot serialize a dict): Teams tells the voter
+    it failed, where a 200 would say the vote was kept."""
+    return ErrorResponse(error=Error(code="FeedbackNotSaved", message="The feedback could not be saved; try again."))
 
 
 class _Entity(Model):

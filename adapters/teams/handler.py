@@ -84,6 +84,7 @@ FEEDBACK_VALUES = ("helpful", "not_helpful")
 NO_LONGER = "This button is no longer available."
 NOT_FOUND = "This request no longer exists."
 Choice = Literal["confirm", "cancel"]
+Vote = Literal["stored", "ignored", "not_saved"]  # a feedback-loop vote: only "not_saved" is not answered 200
 Who = Callable[[str], str]
 
 
@@ -497,10 +498,11 @@ class TeamsBot:
 
     # --- feedback -------------------------------------------------------------------------------
 
-    async def on_feedback_loop(self, activity: Activity) -> bool:
+    async def on_feedback_loop(self, activity: Activity) -> Vote:
         """Teams' own thumbs on an answer (a ``message/submitAction`` invoke): stored with the run, as Slack's
         are. The invoke names the message, not the run: the outbox row that posted it does. The comment
-        Teams asks for is kept with the rating (redacted, bounded)."""
+        Teams asks for is kept with the rating (redacted, bounded). A store failure is logged with the run
+        and returned as "not_saved", never raised: the SDK answers an error raised in an invoke with a 501."""
         value = _object(activity.get("value"))  # any other shape is a vote not understood: still a 200
         action = _object(value.get("actionValue"))
         reaction = action.get("reaction") if value.get("actionName") == "feedback" else None
@@ -508,16 +510,31 @@ class TeamsBot:
         message_id = str(activity.get("replyToId") or "")
         if rating is None or not message_id or not tenant_allowed(tenant_of(activity), self.options.allowed_tenants):
             log.info("teams: feedback invoke %s not understood; ignored", activity.get("id"))
-            return False
+            return "ignored"
         user = user_of(activity, self.options.groups)
-        run_id = await self.service.run_of_post("teams", conversation_key(activity, user), message_id)
+        comment = _feedback_text(action.get("feedback"))
+        try:
+            run_id = await self.service.run_of_post("teams", conversation_key(activity, user), message_id)
+        except Exception:
+            log.exception("teams: feedback on message %s not saved: its run could not be looked up", message_id)
+            return "not_saved"
         if run_id is None:
             log.info("teams: feedback on message %s, which is no answer on record", message_id)
-            return False
-        comment = _feedback_text(action.get("feedback"))
-        if rating == "helpful":
-            return await self.service.feedback(run_id, "helpful", user.id, comment)
-        return await self.service.feedback(run_id, "not_helpful", user.id, comment)
+            return "ignored"
+        return await self._store_vote(run_id, rating == "helpful", user, comment, message_id)
+
+    async def _store_vote(self, run_id: str, helpful: bool, user: UserRef, comment: str, message_id: str) -> Vote:
+        try:
+            if helpful:
+                stored = await self.service.feedback(run_id, "helpful", user.id, comment)
+            else:
+                stored = await self.service.feedback(run_id, "not_helpful", user.id, comment)
+        except Exception:
+            log.exception("teams: feedback on run %s (message %s) not saved", run_id, message_id)
+            return "not_saved"
+        if not stored:
+            log.info("teams: feedback on run %s, which is no longer on record; ignored", run_id)
+        return "stored" if stored else "ignored"
 
     async def _feedback(self, user: UserRef, data: Json) -> Json:
         run_id, value = data.get("run_id"), data.get("value")

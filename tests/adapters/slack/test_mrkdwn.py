@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import pytest
+
 from adapters.slack.mrkdwn import to_mrkdwn
 
 
-def test_bold_italic_and_strike_use_slack_markers():
-    assert to_mrkdwn("**Yes**, you *may* work ~~abroad~~ remotely.") == "*Yes*, you _may_ work ~abroad~ remotely."
-    assert to_mrkdwn("__bold__ too") == "*bold* too"
+@pytest.mark.parametrize(
+    ("markdown", "mrkdwn"),
+    [
+        ("**Yes**, you *may* work ~~abroad~~ remotely.", "*Yes*, you _may_ work ~abroad~ remotely."),
+        ("__bold__ too", "*bold* too"),
+        ("_it_ too", "_it_ too"),
+        # Bold italic: Slack's form is bold outside, italic inside.
+        ("***both***", "*_both_*"),
+        ("___both___", "*_both_*"),
+        ("**_both_** and __*both*__", "*_both_* and *_both_*"),
+        ("***bold italic*** then **bold** and *it*.", "*_bold italic_* then *bold* and _it_."),
+        ("a ***b*** c ***d e***!", "a *_b_* c *_d e_*!"),
+        (
+            "***Note:*** see [the policy](https://intranet.example.com/remote).",
+            "*_Note:_* see <https://intranet.example.com/remote|the policy>.",
+        ),
+        ("Run `***x***` as ***shown***", "Run `***x***` as *_shown_*"),  # code stays code
+        ("2 *** 3 stays", "2 *** 3 stays"),  # lone stars are no span
+    ],
+)
+def test_bold_italic_and_strike_use_slack_markers(markdown: str, mrkdwn: str):
+    assert to_mrkdwn(markdown) == mrkdwn
 
 
 def test_bold_inside_a_bullet_list_and_nested_items():

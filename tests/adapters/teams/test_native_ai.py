@@ -5,6 +5,9 @@ and attached files named as not read."""
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -319,3 +322,69 @@ async def test_a_ticket_card_that_ends_the_progress_stream_is_posted_once_on_the
     assert posted.cards[0]["actions"][0]["verb"] == "confirm" and row.attempts == 2
     (pending,) = await teams.service.store.pending.find("open")
     assert pending.platform_message["activity_id"] == posted.id  # the card the person sees is the one clicks update
+
+
+# --- a vote the database does not take ----------------------------------------------------------------
+
+
+@pytest.fixture
+async def teams_quick_to_give_up(
+    tmp_path: Path, fake_openai: FakeOpenAI, sample_index: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Teams]:
+    """The Teams app with SQLite waiting 0.2 s for a write lock, not 5 s, so a held lock fails a write fast."""
+    monkeypatch.setattr("bot.store.engine.SQLITE_BUSY_TIMEOUT_MS", 200)
+    async for harness in running_teams(tmp_path, fake_openai, sample_index, monkeypatch):
+        yield harness
+
+
+async def answered(teams: Teams) -> tuple[Recorded, str]:
+    """A personal chat's answer, delivered, and the id of the run that wrote it."""
+    teams.model.script(text("You get 25 days a year."))
+    activity = teams.channel.personal_message("How many vacation days do I get?")
+    await teams.post(activity)
+    reply = await teams.reply()
+    await teams.delivered(conversation_key_of(activity))
+    (run,) = await teams.service.store.runs.of_conversation(conversation_key_of(activity), limit=1)
+    return reply, run.id
+
+
+def teams_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("adapters.teams") and r.levelno >= logging.ERROR]
+
+
+async def test_a_vote_the_database_will_not_write_is_answered_500_and_logged_with_its_run(
+    teams_quick_to_give_up: Teams, caplog: pytest.LogCaptureFixture
+):
+    """Another process holds SQLite's write lock: the run is found (reads go on) but the vote is not saved."""
+    teams = teams_quick_to_give_up
+    reply, run_id = await answered(teams)
+    holder = sqlite3.connect(teams.settings.data_dir / "policypal.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, held as a long transaction elsewhere would
+        with caplog.at_level(logging.ERROR, logger="adapters.teams"):
+            vote = teams.channel.feedback("dislike", on=reply, comment="wrong, my token is xoxb-1234567890-abcdefghij")
+            status, body = await teams.post(vote)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert status == 500  # not 501 "not implemented", and not a 200 that pretends it was saved
+    assert body["error"]["code"] == "FeedbackNotSaved" and body["error"]["message"]
+    (error,) = teams_errors(caplog)
+    assert run_id in error.getMessage() and reply.id in error.getMessage()
+    assert "xoxb-1234567890" not in caplog.text
+    assert (await teams.service.store.runs.get(run_id)).feedback is None
+
+
+async def test_a_vote_while_the_database_is_gone_is_answered_500_and_logged(
+    teams: Teams, caplog: pytest.LogCaptureFixture
+):
+    """The database file removed under the app: even the answer the vote is on cannot be looked up."""
+    reply, _ = await answered(teams)
+    for path in teams.settings.data_dir.glob("policypal.db*"):
+        path.unlink()
+    await teams.service.store.close()  # its connections held the old file open; new ones find no tables
+    with caplog.at_level(logging.ERROR, logger="adapters.teams"):
+        status, body = await teams.post(teams.channel.feedback("like", on=reply))
+    assert status == 500 and body["error"]["code"] == "FeedbackNotSaved"
+    (error,) = teams_errors(caplog)
+    assert reply.id in error.getMessage()
