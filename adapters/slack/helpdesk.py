@@ -4,10 +4,17 @@ The summary names the user, the question in one line, the reason and the link ba
 Markdown transcript follows as replies in the summary's thread (Slack shows code blocks verbatim).
 A delivery that posted its summary but failed in the thread resumes in the thread on the next
 attempt, from any process: the outbox row keeps where the summary is and how many parts are in.
+
+Each message is posted once, as the Slack sender's are (adapters/slack/post.py): tried once (no retry
+inside the call), with the case and part in its metadata. Slack can take a post whose answer is lost (a
+5xx, a dropped connection, a timeout), so the next attempt looks before posting again: for the summary
+in the channel's history (when the failure left ``UNSURE`` on the row, or the worker died), for the
+next transcript part in the summary's thread (whenever a delivery resumes there).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,13 +22,18 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.post import find_messages, may_have_written, post_metadata, posted, without_retries
 from bot.delivery import Delivery
 from bot.helpdesk import HandoffCase, reason_label
+
+log = logging.getLogger(__name__)
 
 CHUNK_CHARS = 3_500  # under Slack's 4,000-character guidance for one message's text
 MAX_THREAD_MESSAGES = 15
 HEADER_CHARS = 150  # Block Kit header limit
 SECTION_CHARS = 2_900  # Block Kit section limit is 3,000
+UNSURE = "?"  # saved when posting the summary failed where Slack may have taken it: look for it first
+SUMMARY = 0  # the summary's part in its metadata; the transcript's parts are 1, 2, ...
 QUESTION_CUT = "…\n_(cut here: too long for one Slack block; the transcript in the thread has the runs as asked)_"
 
 
@@ -50,7 +62,8 @@ class SlackChannelDestination:
     name = "slack"
 
     def __init__(self, client: AsyncWebClient, channel: str) -> None:
-        self._client = client
+        self._client = without_retries(client)  # posts: a blind second try could post a message twice
+        self._reader = client  # looking for an earlier post keeps the client's retries
         self._channel = channel
         self._progress: dict[str, str] = {}  # deliveries outside the outbox resume within this process
 
@@ -72,21 +85,62 @@ class SlackChannelDestination:
         return ref
 
     async def deliver_tracked(self, case: HandoffCase, delivery: Delivery) -> str | None:
-        """Post what earlier attempts did not: the summary unless saved, then the remaining parts."""
-        progress = _Progress.parse(delivery.progress) or await self._post_summary(case, delivery)
+        """Post what earlier attempts did not: the summary unless saved, then the remaining parts; what a
+        failed attempt may have posted unrecorded (the summary, or the part after the saved ones) is looked
+        for first."""
+        saved = _Progress.parse(delivery.progress)
+        progress = saved or await self._summary(case, delivery)
         chunks = transcript_chunks(case)  # the same parts on every attempt: the case is stored
-        for posted in range(progress.posted, len(chunks)):
-            await self._client.chat_postMessage(channel=progress.channel, thread_ts=progress.ts, text=chunks[posted])
-            await delivery.save(str(_Progress(progress.channel, progress.ts, posted + 1)))
+        look = saved is not None  # resumed: the next part may be in (only it: each is saved before the next is posted)
+        for index in range(progress.posted, len(chunks)):
+            part = index + 1
+            if not (look and await self._find(case, part, progress.channel, progress.ts)):
+                await self._client.chat_postMessage(
+                    channel=progress.channel,
+                    thread_ts=progress.ts,
+                    text=chunks[index],
+                    metadata=post_metadata(case=case.case_id, part=part),
+                )
+            look = False
+            progress = _Progress(progress.channel, progress.ts, part)
+            await delivery.save(str(progress))
         return f"{progress.channel}/{progress.ts}"
 
-    async def _post_summary(self, case: HandoffCase, delivery: Delivery) -> _Progress:
-        response = await self._client.chat_postMessage(
-            channel=self._channel, text=_escape(case.summary_line()), blocks=summary_blocks(case), unfurl_links=False
-        )
+    async def _summary(self, case: HandoffCase, delivery: Delivery) -> _Progress:
+        """Where the summary is: found where a failed attempt may have posted it, else posted now."""
+        if delivery.progress == UNSURE or delivery.uncertain:
+            found = await self._find(case, SUMMARY, self._channel, None)
+            if found is not None:
+                progress = _Progress(self._channel, found)
+                await delivery.save(str(progress))
+                return progress
+        try:
+            response = await self._client.chat_postMessage(
+                channel=self._channel,
+                text=_escape(case.summary_line()),
+                blocks=summary_blocks(case),
+                unfurl_links=False,
+                metadata=post_metadata(case=case.case_id, part=SUMMARY),
+            )
+        except Exception as exc:
+            if may_have_written(exc):  # Slack may have posted it: the next attempt looks before posting
+                await delivery.save(UNSURE)
+            raise
         progress = _Progress(str(response["channel"]), str(response["ts"]))
         await delivery.save(str(progress))  # before the thread: a retry must not post a second summary
         return progress
+
+    async def _find(self, case: HandoffCase, part: int, channel: str, thread_ts: str | None) -> str | None:
+        """The ts of this case's part if an earlier attempt posted it: the summary in the channel's history, a
+        transcript part in the summary's thread. None when it is not there, or Slack cannot be asked (logged)."""
+        messages = await find_messages(self._reader, channel, thread_ts, case=case.case_id, part=part)
+        if messages is None:  # posting again risks a duplicate, not posting risks the case never arriving
+            log.warning("%s: could not look in %s for part %d posted before; posting it", case.case_id, channel, part)
+            return None
+        found = posted(messages, case=case.case_id, part=part)
+        if found is not None:
+            log.info("%s: part %d was already in %s (%s); not posted again", case.case_id, part, channel, found)
+        return found
 
 
 def summary_blocks(case: HandoffCase) -> list[dict[str, Any]]:

@@ -5,11 +5,12 @@ the client's retry handlers' job (see ``web_client``), except for the writes tha
 chat.postMessage, chat.startStream and chat.appendStream. Slack may have carried one out though its
 answer was a 5xx or never came, and a blind second try would post the reply twice, begin a second
 stream beside the first, or write a passage of a stream twice. Those are tried once (rate limits
-aside); the outbox tries again, and the sender first looks in the thread for what the failed try may
-have left (``may_have_posted``; adapters/slack/streaming.py). ``SlackWriter`` makes the writes the
-outbox sends and raises what still fails as a ``RemoteError`` whose kind says whether trying again can
-help (the outbox retries, or hands the write to a person); ``UncertainWrite`` when Slack may have done
-it all the same.
+aside); the outbox tries again, and the sender first looks for what the failed try may have left
+(``may_have_posted``; adapters/slack/streaming.py): in the thread, or, for a post outside any thread (to
+a person's DM; to the helpdesk channel, adapters/slack/helpdesk.py), in the conversation's history
+(``find_messages``). ``SlackWriter`` makes the writes the outbox sends and raises what still fails as a
+``RemoteError`` whose kind says whether trying again can help (the outbox retries, or hands the write to
+a person); ``UncertainWrite`` when Slack may have done it all the same.
 ``SlackPoster`` makes the calls a reply can do without (a permalink, the status line, suggested
 prompts): they never raise.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -79,9 +80,10 @@ def slack_error(exc: BaseException) -> str:
 
 # Answers that mean Slack is having trouble, not that the request is wrong: worth another attempt.
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"})
-METADATA_TYPE = "policypal_post"  # on every message PolicyPal posts: which outbox row, which part
-REPLIES_PAGE = 200  # messages per conversations.replies call (Slack's advice: at most 200)
-MAX_REPLY_PAGES = 10  # a thread is read up to 2,000 messages when looking for an earlier post
+METADATA_TYPE = "policypal_post"  # on every message PolicyPal posts: which outbox row (or case), which part
+REPLIES_PAGE = 200  # messages per conversations.replies/history call (Slack's advice: at most 200)
+MAX_REPLY_PAGES = 10  # a thread or a conversation is read up to 2,000 messages when looking for an earlier post
+USER_ID_PREFIXES = ("U", "W")  # a post to a person: Slack puts it in their DM with the app, which has its own id
 
 
 def as_remote(exc: BaseException, method: str, channel: str) -> RemoteError:
@@ -141,12 +143,12 @@ class SlackWriter:
     def __init__(self, client: AsyncWebClient, bot: BotIdentity) -> None:
         self.client = client
         self.bot = bot
-        self._once = _without_retries(client)  # for the writes that add something: see the module's docstring
+        self._once = without_retries(client)  # for the writes that add something: see the module's docstring
 
     async def post(self, channel: str, thread_ts: str | None, message: SlackMessage, *, row: int, part: int) -> str:
         """Post in a thread (or the channel); the new message's ts. Tried once (rate limits aside): a retry
         that finds Slack took the first try's post (``may_have_posted``) does not post it again."""
-        metadata = {"event_type": METADATA_TYPE, "event_payload": {"row": row, "part": part}}
+        metadata = post_metadata(row=row, part=part)
         extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
         try:
             response = await self._once.chat_postMessage(
@@ -207,56 +209,44 @@ class SlackWriter:
 
     async def stop_stream(self, channel: str, ts: str, blocks: list[Block], *, row: int, part: int) -> None:
         """End a stream: ``blocks`` go under the text, and the row's metadata on the message (for ``find``)."""
-        metadata = {"event_type": METADATA_TYPE, "event_payload": {"row": row, "part": part}}
+        metadata = post_metadata(row=row, part=part)
         try:
             await self.client.chat_stopStream(channel=channel, ts=ts, blocks=blocks, metadata=metadata)
         except Exception as exc:
             raise self._refused("chat.stopStream", exc, channel) from None
 
     async def find(self, channel: str, thread_ts: str | None, *, row: int, part: int) -> str | None:
-        """The ts of a message this row's earlier attempt posted, if Slack has it."""
-        messages = await self.replies(channel, thread_ts)
+        """The ts of a message this row's earlier attempt posted, if Slack has it: in the thread, or, for a post
+        outside any thread (a person's DM, addressed by their user id), in the conversation's history."""
+        conversation = channel if thread_ts else await self.conversation(channel)
+        messages = None
+        if conversation is not None:
+            messages = await find_messages(self.client, conversation, thread_ts, row=row, part=part)
         if messages is None:  # cannot look: posting again risks a duplicate, not posting risks silence
-            log.warning("could not look in the thread in %s; posting again", channel)
+            log.warning("could not look in %s for slack post %s part %d; posting again", channel, row, part)
             return None
         return posted(messages, row=row, part=part)
+
+    async def conversation(self, channel: str) -> str | None:
+        """The id of the conversation a post to ``channel`` lands in. A user id stands for the person's DM with
+        the app, which conversations.history knows only by its own id (conversations.open, idempotent, gives
+        it); None when Slack cannot say (logged)."""
+        if not channel.startswith(USER_ID_PREFIXES):
+            return channel
+        try:
+            response = await self.client.conversations_open(users=channel)
+        except Exception as exc:
+            log.warning("conversations.open failed for %s: %s (the bot needs im:write)", channel, slack_error(exc))
+            return None
+        dm = response.get("channel")
+        return str(dm["id"]) if isinstance(dm, dict) and dm.get("id") else None
 
     async def replies(
         self, channel: str, thread_ts: str | None, *, oldest: str | None = None
     ) -> list[dict[str, Any]] | None:
         """A thread's messages with their metadata, oldest first: all of them, or with ``oldest`` (a ts) those
-        after it; None when Slack cannot be asked (logged).
-
-        Page by page, not the first page only: what a retry looks for was posted last, and a busy thread
-        runs to hundreds of messages. A thread longer than ``MAX_REPLY_PAGES`` pages is read no further.
-        """
-        messages: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(MAX_REPLY_PAGES):
-            page = await self._replies_page(channel, thread_ts, oldest, cursor)
-            if page is None:
-                return None
-            found, cursor = page
-            messages += found
-            if cursor is None:
-                return messages
-        log.warning("thread %s in %s: only its first %d messages were read", thread_ts, channel, len(messages))
-        return messages
-
-    async def _replies_page(
-        self, channel: str, thread_ts: str | None, oldest: str | None, cursor: str | None
-    ) -> tuple[list[dict[str, Any]], str | None] | None:
-        """One page of conversations.replies and the next page's cursor (None on the last); None on failure."""
-        extra: dict[str, Any] = {name: value for name, value in (("oldest", oldest), ("cursor", cursor)) if value}
-        try:
-            response = await self.client.conversations_replies(
-                channel=channel, ts=thread_ts or "", include_all_metadata=True, limit=REPLIES_PAGE, **extra
-            )
-        except Exception as exc:
-            log.warning("conversations.replies failed in %s: %s", channel, slack_error(exc))
-            return None
-        messages = [m for m in response.get("messages") or [] if isinstance(m, dict)]
-        return messages, (response.get("response_metadata") or {}).get("next_cursor") or None
+        after it; None when Slack cannot be asked (logged). See ``read_messages``."""
+        return await read_messages(self.client, channel, thread_ts, oldest=oldest)
 
     def is_ours(self, message: dict[str, Any]) -> bool:
         """Whether a message from conversations.replies is this bot's."""
@@ -278,27 +268,100 @@ class SlackWriter:
         return remote
 
 
-def posted(messages: Sequence[dict[str, Any]], *, row: int, part: int) -> str | None:
-    """The ts of the message carrying this row's part in its metadata (put on by a post or a stream's stop)."""
+def post_metadata(**payload: str | int) -> dict[str, Any]:
+    """The metadata on a message PolicyPal posts, naming what it is (an outbox row and part, a case and part),
+    so that a retry can find the message an earlier attempt posted instead of posting it twice."""
+    return {"event_type": METADATA_TYPE, "event_payload": payload}
+
+
+def posted(messages: Sequence[dict[str, Any]], **payload: str | int) -> str | None:
+    """The ts of the message carrying ``payload`` in its metadata (put on by a post or a stream's stop)."""
     for message in messages:
-        if row_part(message) == (row, part):
+        if _payload(message) == payload:
             return str(message["ts"])
     return None
 
 
+async def find_messages(
+    client: AsyncWebClient, channel: str, thread_ts: str | None, **payload: str | int
+) -> list[dict[str, Any]] | None:
+    """The messages read while looking for the one carrying ``payload``: a thread's, or (no ``thread_ts``) the
+    conversation's newest, read until it turns up; None when Slack cannot be asked (logged)."""
+    return await read_messages(client, channel, thread_ts, until=lambda found: posted(found, **payload) is not None)
+
+
+async def read_messages(
+    client: AsyncWebClient,
+    channel: str,
+    thread_ts: str | None,
+    *,
+    oldest: str | None = None,
+    until: Callable[[list[dict[str, Any]]], bool] | None = None,
+) -> list[dict[str, Any]] | None:
+    """A conversation's messages with their metadata, in Slack's order: a thread's (conversations.replies)
+    oldest first, or without ``thread_ts`` the conversation's own (conversations.history: a DM's, a
+    channel's, outside threads) newest first. All of them, or with ``oldest`` (a ts) those after it, or the
+    pages read until ``until`` holds for what was read; None when Slack cannot be asked (logged).
+
+    Page by page, not the first page only: what a retry looks for in a thread was posted last, and a busy
+    thread or channel runs to hundreds of messages. More than ``MAX_REPLY_PAGES`` pages are not read.
+    """
+    messages: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(MAX_REPLY_PAGES):
+        page = await _page(client, channel, thread_ts, oldest, cursor)
+        if page is None:
+            return None
+        found, cursor = page
+        messages += found
+        if cursor is None or (until is not None and until(messages)):
+            return messages
+    where = f"thread {thread_ts}" if thread_ts else "the history"
+    log.warning("%s in %s: only its first %d messages were read", where, channel, len(messages))
+    return messages
+
+
+async def _page(
+    client: AsyncWebClient, channel: str, thread_ts: str | None, oldest: str | None, cursor: str | None
+) -> tuple[list[dict[str, Any]], str | None] | None:
+    """One page of conversations.replies (or, without ``thread_ts``, .history) and the next page's cursor
+    (None on the last); None on failure."""
+    extra: dict[str, Any] = {name: value for name, value in (("oldest", oldest), ("cursor", cursor)) if value}
+    try:
+        if thread_ts:
+            response = await client.conversations_replies(
+                channel=channel, ts=thread_ts, include_all_metadata=True, limit=REPLIES_PAGE, **extra
+            )
+        else:
+            response = await client.conversations_history(
+                channel=channel, include_all_metadata=True, limit=REPLIES_PAGE, **extra
+            )
+    except Exception as exc:
+        method = "conversations.replies" if thread_ts else "conversations.history"
+        log.warning("%s failed in %s: %s", method, channel, slack_error(exc))
+        return None
+    messages = [m for m in response.get("messages") or [] if isinstance(m, dict)]
+    return messages, (response.get("response_metadata") or {}).get("next_cursor") or None
+
+
 def row_part(message: dict[str, Any]) -> tuple[int, int] | None:
     """The outbox row and part a message's metadata names; None for a message without ours (a stream not
-    yet stopped, someone else's message)."""
-    metadata = message.get("metadata")
-    if not isinstance(metadata, dict) or metadata.get("event_type") != METADATA_TYPE:
-        return None
-    payload = metadata.get("event_payload")
+    yet stopped, someone else's message, a helpdesk case's)."""
+    payload = _payload(message)
     if not isinstance(payload, dict) or set(payload) != {"row", "part"}:
         return None
     return payload["row"], payload["part"]
 
 
-def _without_retries(client: AsyncWebClient) -> AsyncWebClient:
+def _payload(message: dict[str, Any]) -> Any:
+    """The payload of PolicyPal's metadata on a message; None on a message without it."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != METADATA_TYPE:
+        return None
+    return metadata.get("event_payload")
+
+
+def without_retries(client: AsyncWebClient) -> AsyncWebClient:
     """The same client (token, session, URL) whose only retries are rate limits', which Slack did not act on."""
     once = copy.copy(client)
     once.retry_handlers = [h for h in client.retry_handlers if isinstance(h, AsyncRateLimitErrorRetryHandler)]

@@ -5,8 +5,9 @@ the committed answer in chunks, its stream's ts saved on the row like a post's);
 A reply may be several messages (a long answer is split); each part posted is saved on the row
 (``Delivery.save``), so a retry, in any process, goes on from the next part. When an earlier attempt
 may have gone through without its outcome being recorded (its process died, or it failed after Slack
-may have taken the post: ``may_have_posted``), the sender first looks in the thread for the part by
-its metadata, and posts it only if it is not there.
+may have taken the post: ``may_have_posted``), the sender first looks for the part by its metadata, and
+posts it only if it is not there: in the thread, or, for a post to the person's DM ("direct": the private
+part of an answer, a reply the thread could not take), in that DM's history (``SlackWriter.find``).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class SlackSender:
         for part in range(len(posted), len(messages)):
             found = await self._writer.find(channel, thread, row=row.id, part=part) if look else None
             if found is not None:
-                log.info("slack post %s part %d was already in the thread (%s); not posted again", row.id, part, found)
+                log.info("slack post %s part %d was already posted (%s); not posted again", row.id, part, found)
             ts = found or await self._writer.post(channel, thread, messages[part], row=row.id, part=part)
             posted.append(ts)
             if part < len(messages) - 1:

@@ -13,18 +13,22 @@ The app under test uses the real ``slack_sdk`` client, pointed here by ``SLACK_A
 Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update,
 chat.startStream / appendStream / stopStream (``FakeSlackAPI(streaming=True)``; the text streamed and the
 blocks put under it are in ``streams``; without it startStream is refused as in a workspace without AI apps),
-chat.postEphemeral, chat.getPermalink, conversations.members, conversations.replies, assistant.threads.setStatus /
-setSuggestedPrompts and apps.connections.open (with the app-level token), the way
-Slack does (``{"ok": false, "error": ...}`` with HTTP 200 for API errors, 429 for rate limits). A wrong
-token gets ``invalid_auth``; an unknown method gets ``unknown_method`` and is recorded in ``problems``.
+chat.postEphemeral, chat.getPermalink, conversations.members, conversations.replies, conversations.history,
+conversations.open (a person's DM), assistant.threads.setStatus / setSuggestedPrompts and
+apps.connections.open (with the app-level token), the way Slack does (``{"ok": false, "error": ...}`` with
+HTTP 200 for API errors, 429 for rate limits). A wrong token gets ``invalid_auth``; an unknown method gets
+``unknown_method`` and is recorded in ``problems``.
 
-The bot's messages are in their threads (``threads``) as conversations.replies shows them: ``user`` the bot,
-``bot_id``, the text, and the metadata they were posted with. A stream is such a message from startStream on,
+The bot's messages are in their threads (``threads``) as conversations.replies shows them (a thread's first
+message, or one outside any thread, also as conversations.history does): ``user`` the bot, ``bot_id``, the
+text, and the metadata they were posted with. A stream is such a message from startStream on,
 with the text so far and no metadata until stopStream puts it on; chat.update changes a message in place.
 ``ts`` counts up from 1700000001.000100 so tests can name them; ``FakeSlackAPI(clock=time.time)`` takes them from
 a clock, as Slack does (its ts is the time it took the message), for code that compares them with its own time.
 ``lose_answer`` makes a call take effect and its answer go missing (late, dropped, or a 5xx), as happens
-when Slack did the work and the network or Slack failed after.
+when Slack did the work and the network or Slack failed after; ``where`` picks which call (a post to a DM).
+A post to a user id lands in their DM with the app, ``D`` and the rest of their id (conversations.open says
+so); conversations.history answers ``channel_not_found`` for a user id or a channel name, as Slack does.
 A message or view Slack would refuse (Block Kit that slack_sdk's models reject, or over Slack's limits:
 tests/fakes/conformance.py) gets ``invalid_blocks``, ``msg_too_long`` or ``msg_blocks_too_long`` and is
 recorded in ``violations``; the test that sent it fails at teardown.
@@ -117,6 +121,7 @@ class LostAnswer:
     drop: bool = False  # the connection is dropped instead
     status: int = 500  # else this HTTP status, with ``error``
     error: str = "internal_error"
+    where: Callable[[dict[str, Any]], bool] | None = None  # only a call whose params match; None: the next call
 
 
 @dataclass
@@ -246,12 +251,14 @@ class FakeSlackAPI(LoopbackServer):
         status: int = 500,
         error: str = "internal_error",
         times: int = 1,
+        where: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
-        """The next ``times`` calls of ``method`` are carried out (the message posted, the stream begun) and
-        their answer goes missing: it comes ``late_s`` seconds late (or when the fake closes), past the
-        client's timeout; or the connection is dropped (``drop``); or it is HTTP ``status`` with ``error``
-        (a 5xx after the work was done). The call is recorded with the answer Slack meant to give."""
-        self._lost[method].extend(LostAnswer(late_s, drop, status, error) for _ in range(times))
+        """The next ``times`` calls of ``method`` (whose params match ``where``, if given) are carried out (the
+        message posted, the stream begun) and their answer goes missing: it comes ``late_s`` seconds late (or
+        when the fake closes), past the client's timeout; or the connection is dropped (``drop``); or it is
+        HTTP ``status`` with ``error`` (a 5xx after the work was done). The call is recorded with the answer
+        Slack meant to give."""
+        self._lost[method].extend(LostAnswer(late_s, drop, status, error, where) for _ in range(times))
 
     # --- inspection ------------------------------------------------------------------------------
 
@@ -391,8 +398,10 @@ class FakeSlackAPI(LoopbackServer):
             self.problems.append(f"unknown method {method}")
             return web.json_response({"ok": False, "error": "unknown_method"})
         call.answer.update({"ok": True, **answer(params)})  # an answer may say ok: false (a refusal it decides)
-        if self._lost[method]:  # done, as above; what the client gets is not that answer
-            return await self._lose(request, call.answer, self._lost[method].popleft())
+        lost = next((lost for lost in self._lost[method] if lost.where is None or lost.where(params)), None)
+        if lost is not None:  # done, as above; what the client gets is not that answer
+            self._lost[method].remove(lost)
+            return await self._lose(request, call.answer, lost)
         return web.json_response(call.answer, headers={"x-oauth-scopes": "chat:write"})
 
     async def _lose(self, request: web.Request, answer: dict[str, Any], lost: LostAnswer) -> web.Response:
@@ -494,6 +503,39 @@ class FakeSlackAPI(LoopbackServer):
             messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
         page = {"next_cursor": str(start + limit) if more else ""}
         return {"messages": [dict(m) for m in messages], "has_more": more, "response_metadata": page}
+
+    def _conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A conversation's messages outside threads (a thread's first message stands for it), newest first, with
+        their metadata when ``include_all_metadata`` is set: only those after ``oldest`` and before ``latest``
+        (``inclusive``: or at them), ``limit`` of them from ``cursor`` on, as Slack pages. A user id or a name
+        is not a conversation id: ``channel_not_found``."""
+        channel = str(params.get("channel"))
+        if not channel.startswith(("C", "G", "D")):
+            return {"ok": False, "error": "channel_not_found"}
+        roots = [m for (where, ts), thread in self.threads.items() if where == channel for m in thread if m["ts"] == ts]
+        inclusive = str(params.get("inclusive")).lower() in ("true", "1")
+        if params.get("oldest"):
+            oldest = float(params["oldest"])
+            roots = [m for m in roots if float(m["ts"]) > oldest or (inclusive and float(m["ts"]) == oldest)]
+        if params.get("latest"):
+            latest = float(params["latest"])
+            roots = [m for m in roots if float(m["ts"]) < latest or (inclusive and float(m["ts"]) == latest)]
+        messages = sorted(roots, key=lambda m: float(m["ts"]), reverse=True)
+        limit, start = int(params.get("limit") or 100), int(params.get("cursor") or 0)
+        more, messages = len(messages) > start + limit, messages[start : start + limit]
+        if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
+            messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
+        page = {"next_cursor": str(start + limit) if more else ""}
+        return {"messages": [dict(m) for m in messages], "has_more": more, "response_metadata": page}
+
+    def _conversations_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The bot's DM with one person (``users``): where a post to their user id lands."""
+        users = [u for u in str(params.get("users") or "").split(",") if u]
+        if not users:
+            return {"ok": False, "error": "users_list_not_supplied"}
+        if len(users) > 1 or not users[0].startswith(("U", "W")):  # a group DM is not needed here
+            return {"ok": False, "error": "user_not_found"}
+        return {"no_op": True, "already_open": True, "channel": {"id": "D" + users[0][1:]}}
 
     def _chat_startStream(self, params: dict[str, Any]) -> dict[str, Any]:
         """A streamed reply begins (in a thread; outside a DM Slack needs the recipient user and team)."""

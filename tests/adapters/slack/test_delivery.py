@@ -2,7 +2,8 @@
 
 Slack can carry out a write and still answer it with a 5xx, drop the connection before its answer, or
 answer after the session's deadline (``FakeSlackAPI.lose_answer``): the write must not be repeated
-blindly, within the call (slack_sdk's retry handlers) or after it (the outbox).
+blindly, within the call (slack_sdk's retry handlers) or after it (the outbox). In the thread, and in
+the person's DM (a reply the thread could not take, the private part of an answer).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import pytest_asyncio
 from adapters.slack import app as slack_app
 from adapters.slack.post import slack_session
 from bot.delivery import OutboxPolicy
-from tests.adapters.slack.test_app import ALICE, SlackRig, answer, running_slack
+from tests.adapters.slack.test_app import ALICE, SlackRig, answer, running_slack, search
+from tests.adapters.slack.test_audience import HANA, AudienceSearcher
+from tests.adapters.slack.test_audience import rig as audience_rig
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
-from tests.fakes.slack_api import dm_event, event_envelope
+from tests.fakes.slack_api import dm_event, event_envelope, mention_event
 
 pytestmark = pytest.mark.asyncio
 
@@ -51,14 +54,14 @@ async def ai_slack(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.
         yield rig
 
 
-async def settled(rig: SlackRig, thread_ts: str) -> list[str]:
-    """The states of the thread's outbox rows, once none is waiting for another attempt."""
-    key = f"slack:T0TEAM:D0ALICE:{thread_ts}"
+async def settled(rig: SlackRig, thread_ts: str, channel: str = "D0ALICE", *, rows: int = 1) -> list[str]:
+    """The states of the thread's outbox rows, once there are ``rows`` and none is waiting for another attempt."""
+    key = f"slack:T0TEAM:{channel}:{thread_ts}"
     async with asyncio.timeout(15):  # a hang guard, not a measure
         while True:
-            rows = await rig.service.store.outbox.of_conversation(key)
-            if rows and all(row.state in ("delivered", "failed") for row in rows):
-                return [row.state for row in rows]
+            found = await rig.service.store.outbox.of_conversation(key)
+            if len(found) >= rows and all(row.state in ("delivered", "failed") for row in found):
+                return [row.state for row in found]
             await asyncio.sleep(0.02)
 
 
@@ -127,3 +130,50 @@ async def test_an_answer_slack_took_in_a_thread_of_hundreds_of_messages_is_found
     assert await settled(slack, root) == ["delivered"]
     ours = [m for m in slack.slack.threads[("D0ALICE", root)] if m.get("user") == "UBOT"]
     assert len(ours) == 1  # the answer once, found on the thread's last page
+
+
+def in_dm(rig: SlackRig, user: str) -> list[dict[str, Any]]:
+    """The bot's messages in the person's DM with the app (where a post to their user id lands)."""
+    dm = "D" + user[1:]
+    return [m for (channel, _), thread in rig.slack.threads.items() if channel == dm for m in thread]
+
+
+@pytest.mark.parametrize("lost", LOST_ANSWERS.values(), ids=LOST_ANSWERS.keys())
+async def test_a_reply_sent_to_the_dm_that_slack_took_whose_response_was_lost_is_not_posted_again(
+    slack: SlackRig, lost: dict[str, Any]
+) -> None:
+    slack.slack.fail("chat.postMessage", "channel_not_found", times=2)  # the reply, then the note in its place
+    slack.slack.lose_answer("chat.postMessage", **lost, where=lambda params: params.get("channel") == ALICE)
+    slack.model.script(answer())
+    event = mention_event(ALICE, "<@UBOT> can I work abroad?", channel="C0PRIVATE")
+    await slack.send(event_envelope(event))
+    states = await settled(slack, event["ts"], "C0PRIVATE", rows=3)  # the reply, the note, the note to her DM
+    assert states == ["failed", "failed", "delivered"]
+    (note,) = in_dm(slack, ALICE)  # told once in her DM, not twice
+    assert "<#C0PRIVATE>" in note["text"]
+    assert slack.slack.calls_to("conversations.history")  # the retry looked in the DM before posting
+
+
+@pytest.mark.parametrize("lost", [{"status": 500}, {"drop": True}], ids=["a 500", "a dropped connection"])
+async def test_the_private_part_of_an_answer_slack_took_whose_response_was_lost_is_sent_once(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, lost: dict[str, Any]
+) -> None:
+    fake_openai.script(
+        search(),
+        text("Announced on the intranet [Leave Policy › Team changes]."),
+        search(),
+        text("They merge into one Operations team [Reorg Plan › Team changes]."),
+    )
+    started, hr = await audience_rig(tmp_path, fake_openai, monkeypatch, AudienceSearcher())
+    hr.service.outbox.post_policy = RETRY_AT_ONCE
+    hr.slack.lose_answer("chat.postMessage", **lost, where=lambda params: params.get("channel") == HANA)
+    try:
+        event = mention_event(HANA, "<@UBOT> what team changes are planned?")
+        await hr.send(event_envelope(event))
+        states = await settled(hr, event["ts"], "C0GENERAL", rows=2)
+    finally:
+        await anext(started, None)
+    assert states == ["delivered", "delivered"]  # the thread's answer, and the private part
+    (private,) = in_dm(hr, HANA)  # once, though the first try's answer was lost
+    assert "Operations team" in private["text"]
+    assert hr.slack.calls_to("conversations.history")  # the retry looked in her DM before posting

@@ -39,6 +39,9 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "chat.stopStream": {"chat:write"},
     # Before posting again after a crash: is the reply already in the thread? (any kind of conversation)
     "conversations.replies": {"channels:history", "groups:history", "im:history", "mpim:history"},
+    # The same, for a post outside any thread: a person's DM (found with conversations.open), the helpdesk channel
+    "conversations.history": {"channels:history", "groups:history", "im:history", "mpim:history"},
+    "conversations.open": {"im:write"},
     # POLICYPAL_SHARED_AUDIENCE=members: who can read a channel or group DM (DMs are the asker's alone)
     "conversations.members": {"channels:read", "groups:read", "mpim:read"},
     "assistant.threads.setStatus": {"assistant:write"},
