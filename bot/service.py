@@ -86,6 +86,7 @@ PROCESS_OWNER = str(THIS_PROCESS)
 Choice = Literal["confirm", "cancel"]
 Show = Callable[[CardView], Awaitable[None]]
 Who = Callable[[str], str]
+StopCheck = Callable[[], Awaitable[bool]]
 
 
 class PolicyPal:
@@ -139,15 +140,18 @@ class PolicyPal:
         with log_context(conversation=inbound.conversation_key, platform=inbound.platform):
             return await self._answer(inbound, cancel, progress)
 
-    def stop(self, conversation_key: str) -> int:
-        """Cancel this process's runs in a conversation (a platform's Stop button); how many were running.
+    async def stop(self, conversation_key: str) -> int:
+        """Cancel the runs in a conversation on every replica (a platform's Stop button); how many ran here.
 
-        A cancelled run ends ``cancelled`` as any other: the honest message and a helpdesk case. A run
-        on another replica is not reached from here; it finishes and its answer is delivered.
+        This process's runs stop at once. The request is also recorded in the store, where a run on
+        another replica sees it after its current model call (``_stop_check``); a run that starts after
+        the request is not stopped. A cancelled run ends ``cancelled`` as any other: the honest message
+        and a helpdesk case. Raises when the store cannot record it (this process's runs are stopped).
         """
         stops = list(self._stops.get(conversation_key, ()))
         for stop in stops:
             stop.set()
+        await self.store.stops.request(conversation_key)
         return len(stops)
 
     async def _answer(
@@ -215,13 +219,14 @@ class PolicyPal:
     ) -> Reply | None:
         context = log_context(run_id=state.run_id, conversation=state.conversation_key, platform=where.platform)
         started = utcnow()
-        deps = replace(self.deps, progress=progress) if progress is not None else self.deps
         with context, self.inflight.track(state.run_id, cancel) as stop, self._stoppable(state.conversation_key, stop):
+            elsewhere = await self._stop_check(state.conversation_key, stop)
+            deps = replace(self.deps, progress=progress or self.deps.progress, stopped_elsewhere=elsewhere)
             self.metrics.in_flight.inc()
             try:
                 result = await run_agent(deps, state, stop, decided)
                 log.info("run %s ended: %s", result.run_id, result.reason.value)
-                private = await self._private_part(result, where, stop)
+                private = await self._private_part(result, where, stop, elsewhere)
                 if private is not None and result.reason is TerminationReason.NOT_COVERED:
                     result = replace(result, reason=TerminationReason.ANSWERED)  # covered: for the asker, privately
                 reply = await self._conclude(result, where, started, also, private)
@@ -245,7 +250,37 @@ class PolicyPal:
             if not running:
                 self._stops.pop(conversation_key, None)
 
-    async def _private_part(self, public: RunResult, where: Where, cancel: asyncio.Event) -> RunResult | None:
+    async def _stop_check(self, conversation_key: str, stop: asyncio.Event) -> StopCheck | None:
+        """How the run hears a Stop pressed on another replica: the conversation's stop mark, read now and
+        after each model call; a mark that differs from this one is a stop since, and sets ``stop`` as here.
+
+        None when the store cannot be read now: the run goes on, reached only by a stop in this process.
+        """
+        try:
+            begun = await self.store.stops.mark(conversation_key)
+        except Exception:  # one read more per run must not fail a run the store may still record
+            log.warning("stop requests unreadable: only a stop here reaches this run", exc_info=True)
+            return None
+
+        async def stopped_elsewhere() -> bool:
+            if stop.is_set():
+                return True
+            try:
+                now = await self.store.stops.mark(conversation_key)
+            except Exception:  # a database blip must not end a run that can still answer
+                log.warning("stop requests unreadable this turn: the run goes on", exc_info=True)
+                return False
+            if now is None or now == begun:  # None: nobody stopped it, or a prune forgot an old stop
+                return False
+            log.info("stop pressed on another replica: the run is cancelled")
+            stop.set()  # from here the run is stopped as if it had been pressed here
+            return True
+
+        return stopped_elsewhere
+
+    async def _private_part(
+        self, public: RunResult, where: Where, cancel: asyncio.Event, stopped_elsewhere: StopCheck | None = None
+    ) -> RunResult | None:
         """What only the asker may read, answered apart: None when the thread's answer is all there is.
 
         In a shared place the reply is built from what everyone there may read. When the asker may
@@ -264,7 +299,8 @@ class PolicyPal:
             question_index=first.question_index,
             audience=asker.groups,
         )
-        private = await run_agent(replace(self.deps, tools=self.deps.tools.reading_only()), state, cancel)
+        deps = replace(self.deps, tools=self.deps.tools.reading_only(), stopped_elsewhere=stopped_elsewhere)
+        private = await run_agent(deps, state, cancel)
         outcome = private.outcome
         if not isinstance(outcome, Answer):  # the thread's answer stands; the asker is not told of a part
             log.warning(

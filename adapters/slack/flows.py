@@ -150,8 +150,8 @@ class SlackBridge:
     async def stop(self, event: dict[str, Any], team_id: str) -> None:
         """Slack's stop button on a working session: the thread's run is cancelled (it gives up and hands off)."""
         channel, thread = str(event.get("channel") or ""), str(event.get("thread_ts") or "")
-        stopped = self.service.stop(conversation_key(team_id or self.bot.team_id, channel, thread))
-        log.info("stop pressed in %s/%s: %d run(s) cancelled here", channel, thread, stopped)
+        stopped = await self.service.stop(conversation_key(team_id or self.bot.team_id, channel, thread))
+        log.info("stop pressed in %s/%s: %d run(s) cancelled here, others at their next turn", channel, thread, stopped)
 
     # --- Confirm / Cancel --------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,9 @@ class AgentDeps:
     price: Price
     settings: LoopSettings = field(default_factory=LoopSettings)
     progress: Progress | None = None  # the person's status line (bot.agent.progress): best-effort
+    # Asked once a turn, when the model's reply is in: was the run stopped from another process? (A
+    # cheap read of the store, bot.service; the cancel event is this process's own stop.)
+    stopped_elsewhere: Callable[[], Awaitable[bool]] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ async def _loop(
             reply: ModelReply | TerminationReason = allowance  # a budget ran out before the call
         else:
             reply = await _call_model(deps, state, tools, allowance, budget, trace, cancel)
+        if not isinstance(reply, TerminationReason) and await _stopped_elsewhere(deps):
+            reply = TerminationReason.CANCELLED  # the reply is not acted on: no answer, no tool call
         if isinstance(reply, TerminationReason):
             if first_after_decision and decided is not None and reply is not TerminationReason.CANCELLED:
                 return _answer_from_result(state, trace, decided, reply)  # the ticket exists: say so
@@ -209,6 +214,12 @@ def _model_failed(trace: RunTrace, watch: Stopwatch, error: str, budget: Budget)
 
 def _stopped(cancel: asyncio.Event | None) -> bool:
     return cancel is not None and cancel.is_set()
+
+
+async def _stopped_elsewhere(deps: AgentDeps) -> bool:
+    """A stop pressed on another replica, asked after each model call: a model call is most of a turn's
+    time, so that is where a stop lands; asking after it costs one read a turn, none during the call."""
+    return deps.stopped_elsewhere is not None and await deps.stopped_elsewhere()
 
 
 async def _unless_cancelled(

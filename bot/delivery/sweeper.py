@@ -14,7 +14,7 @@ One pass:
 - **expired cards**: open actions past their expiry are expired, and their cards say so;
 - **earlier releases**: a run one of them recorded as running, whose process died, gets the give-up
   reply with a case;
-- **housekeeping**: old inbox items, rate windows, heartbeats and joins are pruned.
+- **housekeeping**: old inbox items, rate windows, heartbeats, joins and stop requests are pruned.
 
 When is a process dead? When it ran on this host and in this pid namespace and its pid is gone
 (``ProcessId.provably_dead``: immediate after a restart); or its heartbeat is older than
@@ -202,6 +202,7 @@ class Sweeper:
         await service.inbox.prune(now)
         await service.store.workers.prune(now - self.policy.forget_workers)
         await service.store.joins.prune()  # by the database's clock, as the joins were recorded
+        await service.store.stops.prune()  # stop requests older than any run they could concern
         if service.admission is not None:
             await service.store.rates.prune(service.admission.users.oldest_window())
 

@@ -2,8 +2,8 @@
 
 ``Store`` is the one object a process opens; its repositories (``store.inbox``, ``store.outbox``,
 ``store.threads``, ``store.runs``, ``store.workers``, ``store.pending``, ``store.tickets``,
-``store.cases``, ``store.rates``, ``store.joins``, ``store.reports``) hand out the plain records
-below, never ORM rows.
+``store.cases``, ``store.rates``, ``store.joins``, ``store.stops``, ``store.reports``) hand out the
+plain records below, never ORM rows.
 ``bot.store.migrate`` (Alembic, loaded only when a database is opened or upgraded) brings a
 database to this release.
 """
@@ -37,6 +37,7 @@ from bot.store.reports import (
     RunSummary,
     Spread,
 )
+from bot.store.stops import StopMark
 from bot.store.store import Store
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "RunSummary",
     "SchemaPolicy",
     "Spread",
+    "StopMark",
     "Store",
     "UtcDateTime",
     "prepare_sqlite_file",

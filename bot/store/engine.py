@@ -23,7 +23,7 @@ SQLITE_BUSY_TIMEOUT_MS = 5_000
 POSTGRES_SESSION = {"lock_timeout": "5s", "idle_in_transaction_session_timeout": "60s"}
 # This release's newest migration, written here too so that opening a database already at it needs no
 # Alembic (about 0.3 s of a server's start-up); tests/bot/store/test_migrations.py keeps the two equal.
-SCHEMA_HEAD = "0010_place_joins"
+SCHEMA_HEAD = "0011_stop_requests"
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
 SchemaPolicy = Literal["auto", "upgrade", "require"]

@@ -3,8 +3,9 @@
 Repositories: ``inbox`` (events written before their ack), ``outbox`` (platform writes and helpdesk
 deliveries), ``threads`` (history, places), ``runs`` and ``workers`` (runs and the processes'
 heartbeats), ``pending`` (pending actions), ``tickets`` (local tickets), ``cases`` (helpdesk cases),
-``rates`` (rate windows), ``joins`` (who joined which place, for member lists) and ``reports``
-(the operators' console's reads). ``transaction()`` lets writes that belong together commit together.
+``rates`` (rate windows), ``joins`` (who joined which place, for member lists), ``stops`` (Stop
+pressed in a conversation, for its runs on every replica) and ``reports`` (the operators' console's
+reads). ``transaction()`` lets writes that belong together commit together.
 
 Statements are single statements wherever correctness across processes depends on it: a claim is
 one ``INSERT ... ON CONFLICT DO NOTHING``, a pending transition one ``UPDATE ... WHERE id = :id AND
@@ -32,6 +33,7 @@ from bot.store.pending import PendingRows
 from bot.store.rates import RateWindows
 from bot.store.reports import Reports
 from bot.store.runs import Runs, Workers
+from bot.store.stops import StopRequests
 from bot.store.threads import Threads
 from bot.store.tickets import TicketRows
 
@@ -54,6 +56,7 @@ class Store:
         self.cases = Cases(engine)
         self.rates = RateWindows(engine)
         self.joins = PlaceJoins(engine)
+        self.stops = StopRequests(engine)
         self.reports = Reports(engine)
 
     @classmethod

@@ -235,6 +235,21 @@ class PlaceJoin(Base):
     joined_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
 
 
+class StopRequest(Base):
+    """Someone pressed Stop in a conversation: one row per conversation, counted up by each press.
+
+    Written by whichever replica gets the platform's stop event; a run reads it when it starts and once a
+    turn (``bot.service``) and stops when the row has changed since. ``stops`` and ``stopped_at`` (the
+    database's time of the last press) are the version compared, so no replica's clock takes part.
+    """
+
+    __tablename__ = "stop_requests"
+
+    conversation_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    stops: Mapped[int] = mapped_column(BigInteger)
+    stopped_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
 class Handoff(Base):
     """A helpdesk case: who, where, the question and the redacted transcript. Never updated."""
 

@@ -9,7 +9,7 @@ from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 
 from bot.store import Rating, Store
-from bot.store.tables import PlaceJoin
+from bot.store.tables import PlaceJoin, StopRequest
 from bot.types import TerminationReason
 from tests.databases import Database
 
@@ -320,6 +320,31 @@ async def test_joins_prune_forgets_only_places_nobody_joined_for_a_day(store: St
         await conn.execute(update(PlaceJoin).where(PlaceJoin.place == "teams:t:19:old").values(joined_at=two_days_ago))
     assert await store.joins.prune() == 1
     assert await store.joins.counts(["teams:t:19:old", "teams:t:19:new"]) == {"teams:t:19:new": 1}
+
+
+async def test_stops_pressed_through_two_processes_at_once_each_change_the_mark_every_process_reads(
+    store: Store, second_store: Store
+) -> None:
+    key = "slack:T1:D1:1.0"
+    assert await store.stops.mark(key) is None  # nobody stopped it: a run compares against nothing
+    await second_store.stops.request(key)
+    first = await store.stops.mark(key)
+    await asyncio.gather(*((store if n % 2 else second_store).stops.request(key) for n in range(4)))
+    later = await store.stops.mark(key)
+    assert first is not None and later is not None and (first[0], later[0]) == (1, 5) and later != first
+    assert await second_store.stops.mark("slack:T1:D1:2.0") is None  # another thread of the same channel
+
+
+async def test_stops_prune_forgets_only_conversations_nobody_stopped_for_a_day(store: Store) -> None:
+    await store.stops.request("slack:T1:D1:old")
+    await store.stops.request("slack:T1:D1:new")
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    async with store.transaction() as conn:
+        stmt = update(StopRequest).where(StopRequest.conversation_key == "slack:T1:D1:old")
+        await conn.execute(stmt.values(stopped_at=two_days_ago))
+    assert await store.stops.prune() == 1
+    assert await store.stops.mark("slack:T1:D1:old") is None
+    assert await store.stops.mark("slack:T1:D1:new") is not None
 
 
 async def test_data_survives_reopening_the_database(store: Store, database: Database) -> None:
