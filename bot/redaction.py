@@ -3,7 +3,8 @@
 Two nets: the exact values of every secret PolicyPal was configured with, and the shapes of common
 credentials (API keys, bot tokens, bearer and basic auth, ``Authorization:`` headers of any scheme with every
 parameter of Digest's, ``Cookie:`` headers and curl's ``-b``/``-u``, mysql's ``-pSECRET`` and ``--password
-SECRET``, sshpass's ``-p``, API Management's subscription key, passwords in URLs, storage keys and signatures in
+SECRET``, sshpass's ``-p``, ``docker login``'s and ``az login``'s ``-p``/``--password``, ``htpasswd -b``'s last
+argument, API Management's subscription key, passwords in URLs, storage keys and signatures in
 connection strings and signed URLs, JWTs, private keys, ``password=...``), so a token a user pasted into a
 question is caught too. Mapping keys that name a secret have every string inside their value replaced, however
 deep; numbers stay (they are counts such as ``tokens`` or rules such as ``password_min_length``).
@@ -107,13 +108,13 @@ _SIGNED = re.compile(
 # Azure API Management's key header, as a header, curl's -H, or a JSON key (escaped too, inside a JSON string).
 # The key goes if it looks like one: "Ocp-Apim-Subscription-Key: required" is a line of API docs.
 _APIM_KEY = re.compile(r"(?i)\b(ocp-apim-subscription-key(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?)([^\s\"'\\,;]+)")
-# A mysql or mariadb command (mysqldump, mysqladmin, ...) up to the end of its line or of its shell command,
-# quoted arguments and "\" line continuations included; its -p option then holds the password glued to it
+# The rest of a shell command up to the end of its line or of its shell command, quoted arguments and "\" line
+# continuations included. Read to its end in one go: the options are found inside it, so no command is scanned
+# again from each later word.
+_COMMAND_REST = r"[ \t](?:'[^'\r\n]*'|\"[^\"\r\n]*\"|\\(?:\r?\n|[^\r\n])|[^\r\n;&|'\"\\])*"
+# A mysql or mariadb command (mysqldump, mysqladmin, ...): its -p option holds the password glued to it
 # ("-pSECRET"), its --password option the next word. A lone "-p" prompts for it, and "-P 3306" is the port.
-# Read to its end in one go: the options are found inside it, so no command is scanned again from each later word.
-_MYSQL_COMMAND = re.compile(
-    r"(?<![\w-])(?:mysql|mariadb)[\w-]*[ \t](?:'[^'\r\n]*'|\"[^\"\r\n]*\"|\\(?:\r?\n|[^\r\n])|[^\r\n;&|'\"\\])*"
-)
+_MYSQL_COMMAND = re.compile(rf"(?<![\w-])(?:mysql|mariadb)[\w-]*{_COMMAND_REST}")
 # One shell word, quoted or not, given as an option's value; not a mark ending a sentence ("-p," or "-p.").
 _OPTION_VALUE = r"((?![.,;:!?)]*(?:\s|$))(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"`])+)"
 # "-pSECRET", "-p'pass word'", "--password SECRET": the option kept, the password dropped. "-p prod" stays: mysql
@@ -123,6 +124,29 @@ _MYSQL_PASSWORD = re.compile(rf"(?<!\S)(-p|--password[ \t]+(?![-\\])){_OPTION_VA
 # sshpass's "-p SECRET" or "-pSECRET", after sshpass's own options only: in "sshpass -f pw ssh -p 2222 host" the
 # "-p" is ssh's port.
 _SSHPASS_PASSWORD = re.compile(rf"(?<![\w-])(sshpass(?:[ \t]+-(?:v|e\w*|P[ \t]*\S+))*[ \t]+-p[ \t]*){_OPTION_VALUE}")
+# Words that follow an option named in a sentence about it ("docker login -p is insecure", "htpasswd -nb puts it
+# in ps"), where a command would have its value.
+_OPTION_PROSE = (
+    r"(?i:is|are|was|were|and|or|then|but|if|when|to|in|on|for|with|as|of|not|also|only|still|instead|flag|flags"
+    r"|option|argument|shows|puts|leaves|exposes|prints|stores|saves|writes|keeps|prompts|asks|reads|takes|works)"
+    r"(?![^\s.,;:!?)])"
+)
+_PROSE_WORD = re.compile(_OPTION_PROSE)
+# "docker login" and "az login" (and "az acr login"): "-p SECRET", "-pSECRET" and "--password SECRET" give the
+# password ("--password=SECRET" is an assignment, below). A lone "-p", "--password-stdin" and "-p is ..." stay.
+_LOGIN_COMMAND = re.compile(rf"(?<![\w-])(?:docker[ \t]+login|az[ \t]+(?:acr[ \t]+)?login)(?![\w-]){_COMMAND_REST}")
+_LOGIN_PASSWORD = re.compile(
+    rf"(?<!\S)(-p(?=[^\s-])|(?:-p|--password)[ \t]+(?![-\\])(?!{_OPTION_PROSE})){_OPTION_VALUE}"
+)
+# One shell word as htpasswd's arguments are given: quoted, or up to a space or a shell mark.
+_SHELL_WORD = r"(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"`;&|<>()])+"
+_SHELL_WORDS = re.compile(_SHELL_WORD)
+# "htpasswd -b[c...] FILE USER PASSWORD" and "htpasswd -nb USER PASSWORD": batch mode (-b) takes the password as
+# the last argument, which ends the command. Options: letter clusters, "-C 10" (cost), "-r 5" (rounds).
+_HTPASSWD = re.compile(
+    rf"(?m)(?<![\w-])(htpasswd((?:[ \t]+-[A-Za-z]+(?:[ \t]+\d+)?)*)((?:[ \t]+(?!-){_SHELL_WORD}){{1,2}})[ \t]+)"
+    rf"(?!-)({_SHELL_WORD})(?=[ \t]*(?:[;&|<>)`\"'\r]|$))"
+)
 # "Cookie: sid=x; csrf=y" and "Set-Cookie: ...": the value is the session, up to the end of line or a quote.
 _COOKIE = re.compile(r"(?i)\b((?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?)([^\s=;,\"']{1,128}=[^\r\n\"']*)")
 # curl's "-b 'sid=abc; csrf=x'" and "--cookie sid=abc": the value is the session. Without an "=" the argument
@@ -384,6 +408,8 @@ class Redactor:
         value = _CURL_USER.sub(_keep_user, value)
         value = _MYSQL_COMMAND.sub(_mysql_command, value)
         value = _SSHPASS_PASSWORD.sub(_keep_quoted, value)
+        value = _LOGIN_COMMAND.sub(_login_command, value)
+        value = _HTPASSWD.sub(_htpasswd, value)
         value = _APIM_KEY.sub(_apim_key, value)
         value = _AUTHORIZATION.sub(_authorization, value)
         value = _VALUE_ON_NEXT_LINE.sub(_value_on_next_line, value)
@@ -434,6 +460,24 @@ def _keep_user(match: re.Match[str]) -> str:
 def _mysql_command(match: re.Match[str]) -> str:
     """``mysql -u root -p[redacted]``: only inside a mysql command is a glued ``-p`` a password (ssh's is a port)."""
     return _MYSQL_PASSWORD.sub(_keep_quoted, match.group())
+
+
+def _login_command(match: re.Match[str]) -> str:
+    """``docker login -u bob -p [redacted]``: only in a login command is ``-p`` a password (docker run's is a port)."""
+    return _LOGIN_PASSWORD.sub(_keep_quoted, match.group())
+
+
+def _htpasswd(match: re.Match[str]) -> str:
+    """``htpasswd -b .htpasswd bob [redacted]``; kept unless batch mode gives exactly file (unless -n), user and
+    password, none of them a word of prose ("htpasswd -b is insecure")."""
+    command, options, before, password = match.groups()
+    flags = {c for word in options.split() if word.startswith("-") for c in word[1:]}
+    words = _SHELL_WORDS.findall(before)
+    given = "b" in flags and len(words) == (1 if "n" in flags else 2)
+    if not given or any(_PROSE_WORD.fullmatch(word) for word in [*words, password]):
+        return match.group(0)
+    quote = password[0] if password[0] in "\"'" and len(password) > 1 else ""
+    return f"{command}{quote}{REDACTED}{quote}"
 
 
 def _apim_key(match: re.Match[str]) -> str:

@@ -52,6 +52,7 @@ from msrest.serialization import Model
 from urllib3 import Retry
 
 from adapters.app_keys import SERVICE
+from adapters.teams import cards
 from adapters.teams.activity import parse_tenants, personal_reference, tenant_of_reference
 from adapters.teams.connector import http_status
 from adapters.teams.handler import TeamsBot, TeamsOptions
@@ -304,7 +305,7 @@ def _invoke_body(body: Json) -> Any:
 def _vote_not_saved() -> ErrorResponse:
     """The Bot Framework's error body, as a model (CloudAdapter cannot serialize a dict): Teams tells the voter
     it failed, where a 200 would say the vote was kept."""
-    return ErrorResponse(error=Error(code="FeedbackNotSaved", message="The feedback could not be saved; try again."))
+    return ErrorResponse(error=Error(code="FeedbackNotSaved", message=cards.FEEDBACK_NOT_SAVED_TEXT))
 
 
 class _Entity(Model):

@@ -38,6 +38,7 @@ CLICK_RETRYING_TEXT = (  # the click is in the inbox: it is tried again, and the
 )
 WORKING_TEXT = "Working on it…"
 ALREADY_RECEIVED_TEXT = "That click was already received; the card will show what happens."
+FEEDBACK_NOT_SAVED_TEXT = "Your feedback could not be saved. Please try again."  # a vote the store refused
 EMPTY_TEXT = "Ask me about a company policy, for example: *How many vacation days do I have?*"
 HANDOFF_STARTED = "Passing this conversation to the helpdesk…"
 WELCOME_TEXT = (

@@ -25,7 +25,8 @@ failed for good, and invoke answers.
   Each state reported (``show``) also replaces the posted card for everyone, in order. A refused or
   late click is answered with the card as it stands and why nothing happened. "Still need help?" is
   an inbox item too (the case notice through the outbox); feedback is stored while the invoke waits
-  (it posts nothing but the invoke answer).
+  (it posts nothing but the invoke answer; a vote the store refuses is answered with a message saying so,
+  and the card keeps its buttons).
 
 Who is asking: the AAD object id and name come with the activity; email (for group mappings and
 tickets) and the guest role come from the conversation roster, fetched once per user and cached. If
@@ -84,7 +85,7 @@ FEEDBACK_VALUES = ("helpful", "not_helpful")
 NO_LONGER = "This button is no longer available."
 NOT_FOUND = "This request no longer exists."
 Choice = Literal["confirm", "cancel"]
-Vote = Literal["stored", "ignored", "not_saved"]  # a feedback-loop vote: only "not_saved" is not answered 200
+Vote = Literal["stored", "ignored", "not_saved"]  # what became of a vote: "not_saved" is told to the voter
 Who = Callable[[str], str]
 
 
@@ -290,7 +291,7 @@ class TeamsBot:
         if verb in (cards.CONFIRM, cards.CANCEL):
             return await self._click(activity, data)
         if verb == cards.FEEDBACK:
-            return await self._feedback(user_of(activity, self.options.groups), data)
+            return await self._feedback(activity, data)
         if verb == cards.HANDOFF:
             if not await self._accept(activity, HANDOFF):
                 log.info(
@@ -524,6 +525,8 @@ class TeamsBot:
         return await self._store_vote(run_id, rating == "helpful", user, comment, message_id)
 
     async def _store_vote(self, run_id: str, helpful: bool, user: UserRef, comment: str, message_id: str) -> Vote:
+        """Store a vote from either path (the feedback loop, a card's buttons); a store failure is logged with the
+        run and returned as "not_saved", for the invoke's answer to tell the voter."""
         try:
             if helpful:
                 stored = await self.service.feedback(run_id, "helpful", user.id, comment)
@@ -536,12 +539,18 @@ class TeamsBot:
             log.info("teams: feedback on run %s, which is no longer on record; ignored", run_id)
         return "stored" if stored else "ignored"
 
-    async def _feedback(self, user: UserRef, data: Json) -> Json:
+    async def _feedback(self, activity: Activity, data: Json) -> Json:
+        """A card's Helpful / Not helpful button. Not raised when the store refuses the vote: Teams does not
+        deliver an ``adaptiveCard/action`` again, so the clicker is told, and the card keeps its buttons."""
         run_id, value = data.get("run_id"), data.get("value")
         if not isinstance(run_id, str) or value not in FEEDBACK_VALUES:
             return cards.invoke_card(cards.notice_card(NO_LONGER))
-        stored = await self.service.feedback(run_id, value, user.id)
-        note = "Thanks for the feedback." if stored else "That answer is no longer on record."
+        user = user_of(activity, self.options.groups)
+        message_id = str(activity.get("replyToId") or "")
+        vote = await self._store_vote(run_id, value == "helpful", user, "", message_id)
+        if vote == "not_saved":
+            return cards.invoke_message(cards.FEEDBACK_NOT_SAVED_TEXT)
+        note = "Thanks for the feedback." if vote == "stored" else "That answer is no longer on record."
         return cards.invoke_card(cards.feedback_card(run_id, note))
 
     # --- identity -------------------------------------------------------------------------------

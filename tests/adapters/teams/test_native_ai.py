@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from adapters.teams import cards
 from adapters.teams.activity import FILE_DOWNLOAD
 from adapters.teams.answers import MESSAGE_BYTES, activity_bytes, answer_activities, cited_text, claim
 from adapters.teams.app import SEND_RETRY
@@ -27,11 +28,10 @@ from tests.adapters.teams.test_app import (
     running_teams,
 )
 from tests.bot.helpers import OnePassage, eventually
-from tests.fakes.bot_connector import Recorded
+from tests.fakes.bot_connector import ALICE, Recorded
 from tests.fakes.openai_server import FakeOpenAI, respond, text, tool_calls
 
 pytestmark = pytest.mark.asyncio
-
 
 
 AI_MESSAGE = "https://schema.org/Message"
@@ -388,3 +388,33 @@ async def test_a_vote_while_the_database_is_gone_is_answered_500_and_logged(
     assert status == 500 and body["error"]["code"] == "FeedbackNotSaved"
     (error,) = teams_errors(caplog)
     assert reply.id in error.getMessage()
+
+
+async def test_a_feedback_button_the_database_will_not_write_tells_the_clicker_who_can_click_again(
+    teams_quick_to_give_up: Teams, caplog: pytest.LogCaptureFixture
+):
+    """Helpful on an answer's card (cards posted before Teams' own thumbs have the buttons), clicked while another
+    process holds SQLite's write lock. Teams never delivers an ``adaptiveCard/action`` again: a 503 left the
+    clicker with nothing, and the log said it would come again."""
+    teams = teams_quick_to_give_up
+    reply, run_id = await answered(teams)
+    helpful = next(a["data"] for a in cards.feedback_card(run_id)["actions"] if a["data"].get("value") == "helpful")
+    click = teams.channel.card_action(cards.FEEDBACK, helpful, on=reply)
+    holder = sqlite3.connect(teams.settings.data_dir / "policypal.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with caplog.at_level(logging.ERROR, logger="adapters.teams"):
+            status, body = await teams.post(click)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert status == 200, body  # the invoke is answered with what Teams shows the clicker; the card stays
+    assert body == {"statusCode": 200, "type": cards.MESSAGE_CONTENT_TYPE, "value": cards.FEEDBACK_NOT_SAVED_TEXT}
+    (error,) = teams_errors(caplog)  # one line, naming the run and the message it is on
+    assert run_id in error.getMessage() and reply.id in error.getMessage()
+    assert (await teams.service.store.runs.get(run_id)).feedback is None
+
+    status, body = await teams.post({**click, "id": "in-again"})  # its buttons are still there: clicked again
+    assert status == 200 and body == cards.invoke_card(cards.feedback_card(run_id, "Thanks for the feedback."))
+    stored = await teams.service.store.runs.get(run_id)
+    assert (stored.feedback, stored.feedback_by) == ("helpful", ALICE["aadObjectId"])

@@ -437,6 +437,7 @@ def test_password_names_glued_to_a_prefix_lose_their_value():
     redactor = Redactor()
     for said, kept in [
         ("PGPASSWORD=Hunter2 psql -h db", "PGPASSWORD="),  # libpq
+        ("env PGPASSWORD='plainword Hunter2' psql -h db", "env PGPASSWORD='"),  # a quoted one goes whole
         ("MicrosoftAppPassword=abc~DEF.ghi", "MicrosoftAppPassword="),  # the Teams bot's own setting
         ('"adminPassword": "plainword"', '"adminPassword": "'),  # an ARM template's parameter
     ]:
@@ -499,6 +500,22 @@ def test_a_password_given_to_a_command_line_option_is_redacted_and_prompt_port_a
         ("sshpass -p s3cret ssh -p 2222 bob@host", f"sshpass -p {REDACTED} ssh -p 2222 bob@host"),
         ("sshpass -pHunter2 scp f host:", f"sshpass -p{REDACTED} scp f host:"),
         ("sshpass -v -p 'pass word' ssh host", f"sshpass -v -p '{REDACTED}' ssh host"),
+        ("docker login -u bob -p Hunter2 reg.example.com", f"docker login -u bob -p {REDACTED} reg.example.com"),
+        ("docker login -u bob -pplainword reg", f"docker login -u bob -p{REDACTED} reg"),
+        ("docker login --password 'pass word' -u bob", f"docker login --password '{REDACTED}' -u bob"),
+        ("docker login \\\n  -u bob \\\n  -p plainword reg", f"docker login \\\n  -u bob \\\n  -p {REDACTED} reg"),
+        ("az login -u bob@contoso.example -p plainword", f"az login -u bob@contoso.example -p {REDACTED}"),
+        (
+            "az login --service-principal -u app-id --password s3cret --tenant t",
+            f"az login --service-principal -u app-id --password {REDACTED} --tenant t",
+        ),
+        ("az acr login -n reg -u app -p plainword", f"az acr login -n reg -u app -p {REDACTED}"),
+        ("htpasswd -b .htpasswd bob plainword", f"htpasswd -b .htpasswd bob {REDACTED}"),
+        (
+            "sudo htpasswd -bc -C 12 /etc/.htpasswd bob 'pass word' && ls",
+            f"sudo htpasswd -bc -C 12 /etc/.htpasswd bob '{REDACTED}' && ls",
+        ),
+        ("htpasswd -Bbn bob plainword > auth/htpasswd", f"htpasswd -Bbn bob {REDACTED} > auth/htpasswd"),
     ]:
         assert redactor.text(said) == redacted, said
     for prose in (
@@ -513,6 +530,15 @@ def test_a_password_given_to_a_command_line_option_is_redacted_and_prompt_port_a
         "sshpass -f ~/.pw ssh -p 2222 host",  # ssh's -p is its port
         "`sshpass -p` shows the password in ps; use sshpass -f",
         "never run sshpass -p, use a file",
+        "docker login -p",
+        "docker login -u bob --password-stdin reg",
+        "docker login -p is insecure, use --password-stdin",
+        "don't use docker login -p or --password; use --password-stdin",
+        "docker login reg && docker run -p 8080:80 nginx",  # docker run's -p is a port
+        "az login -p only works with a service principal",
+        "htpasswd -c .htpasswd bob",  # without -b it prompts
+        "htpasswd -b is insecure",
+        "htpasswd -nb puts the password in ps",
     ):
         assert redactor.text(prose) == prose
 
@@ -572,7 +598,7 @@ def test_a_long_dotted_paste_is_redacted_in_linear_time():
 
 @pytest.mark.timeout(300)  # a guard against a hang, not a timing: each takes well under a second
 def test_long_pastes_of_mysql_commands_and_digit_groups_are_redacted_in_linear_time():
-    for pasted in ("mysql -u root " * 20_000, "mysql \\" * 40_000, "mysql 'a " * 20_000):
+    for pasted in ("mysql -u root " * 20_000, "mysql \\" * 40_000, "mysql 'a " * 20_000, "docker login -u " * 20_000):
         assert Redactor().text(pasted) == pasted  # a command is read once, not again from each later "mysql"
     assert Redactor().text("pin: " + "1 " * 40_000 + "x") == f"pin: {REDACTED} x"
 
