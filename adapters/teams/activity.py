@@ -33,6 +33,10 @@ _HTML_TAG = re.compile(
     r"|h[1-6]|hr|table|thead|tbody|tr|th|td|font|emoji|attachment)(?:\s[^<>]*)?/?>",
     re.IGNORECASE,
 )
+_AT_TAG = re.compile(r"<at(?:\s[^<>]*)?>(.*?)</at>", re.IGNORECASE | re.DOTALL)  # a mention, by its shown name
+_GAP = "\x00"  # where the bot's mention was, until the text around it is joined (never in a typed message)
+_CLOSING = ",.;:!?)]}…"  # punctuation that follows the word before it without a space
+_LEADING_JOINER = re.compile(r"^(?:[,;:]+\s*|[-–—]\s+)")  # "@Bot, what is X" / "@Bot - what is X": "what is X"
 _INLINE_TAGS = frozenset({"at", "span", "b", "strong", "i", "em", "u", "s", "strike", "del", "ins", "mark", "sub",
                           "sup", "a", "code", "font"})  # inside a word: removed, not a space
 
@@ -95,12 +99,9 @@ def addressed_to_bot(activity: Activity) -> bool:
 def question_text(activity: Activity) -> str:
     """The message text as the person typed it: without the bot's @mention, and without the HTML Teams
     sends (``<p>``, ``&nbsp;``, ``&amp;``, other people's ``<at>`` tags), which the model should never see."""
-    text = str(activity.get("text") or "")
-    for mention in _bot_mentions(activity):
-        if mention_text := mention.get("text"):
-            text = text.replace(mention_text, " ")
+    text = _without_bot_mentions(activity, str(activity.get("text") or "").replace(_GAP, ""))
     plain = _HTML_TAG.sub(lambda tag: "" if tag.group(1).lower() in _INLINE_TAGS else " ", text)
-    return " ".join(html.unescape(plain).split())
+    return _close_gaps(" ".join(html.unescape(plain).split()))
 
 
 def user_of(activity: Activity, groups: GroupMap, member: dict[str, Any] | None = None) -> UserRef:
@@ -241,6 +242,57 @@ def deep_link(activity: Activity) -> str | None:
         params = {"context": json.dumps({"contextType": "chat"}, separators=(",", ":"))}
     base = f"https://teams.microsoft.com/l/message/{quote(channel, safe='')}/{quote(str(message_id), safe='')}"
     return f"{base}?{urlencode(params)}"
+
+
+def _without_bot_mentions(activity: Activity, text: str) -> str:
+    """``text`` with each ``<at>`` tag that names the bot replaced by ``_GAP``, however its name is escaped.
+
+    Teams writes the name HTML-escaped in the text (``<at>R&amp;D Bot</at>``) while the mention entity may
+    hold it escaped or not; so tags are compared by the name they show, not by their characters.
+    """
+    mentions = _bot_mentions(activity)
+    names = {_shown_name(_at_name(str(m.get("text") or "")) or _mentioned_name(m)) for m in mentions} - {""}
+    text = _AT_TAG.sub(lambda tag: _GAP if _shown_name(tag.group(1)) in names else tag.group(0), text)
+    for mention in mentions:  # a client that wrote the mention without <at> tags: the entity's text as is
+        if (literal := str(mention.get("text") or "")) and literal in text:
+            text = text.replace(literal, _GAP)
+    return text
+
+
+def _at_name(mention_text: str) -> str:
+    """The name inside a mention's ``<at>`` tag (the whole text when it has none)."""
+    tag = _AT_TAG.fullmatch(mention_text.strip())
+    return tag.group(1) if tag else mention_text
+
+
+def _mentioned_name(mention: dict[str, Any]) -> str:
+    return str((mention.get("mentioned") or {}).get("name") or "")
+
+
+def _shown_name(name: str) -> str:
+    """A mentioned name as Teams shows it: unescaped, its spaces (``&nbsp;`` too) collapsed, any case."""
+    return " ".join(html.unescape(name).split()).casefold()
+
+
+def _close_gaps(text: str) -> str:
+    """The text around each removed mention joined as typed: "Hi @Bot, what?" reads "Hi, what?"."""
+    pieces = text.split(_GAP)
+    joined = pieces[0].strip()
+    for piece in pieces[1:]:
+        joined = _join(joined, piece.strip())
+    return joined
+
+
+def _join(left: str, right: str) -> str:
+    """The two sides of a removed mention: a space between words, none before punctuation or after an
+    opening bracket, and no comma left dangling before the end of a sentence ("What is X, @Bot?")."""
+    if not right:
+        return left.rstrip(",;:")  # "Thanks, @Bot": "Thanks"
+    if not left:
+        return _LEADING_JOINER.sub("", right)
+    if right[0] in _CLOSING:
+        return left.rstrip(",;:") + right
+    return left + right if left[-1] in "([{" else f"{left} {right}"
 
 
 def _bot_mentions(activity: Activity) -> list[dict[str, Any]]:

@@ -8,9 +8,10 @@ no activity over Teams' size limit. Plain protocol JSON, no SDK (as adapters/tea
   (``usageInfo``). Teams shows at most 20, names up to 80 characters and abstracts up to 160.
 - ``channelData.feedbackLoopEnabled``: Teams' own thumbs (with a comment box) under the answer; a vote
   arrives as a ``message/submitAction`` invoke (adapters/teams/handler.py) and is stored like Slack's.
-- Teams refuses an activity of about 28 KB and more: a long answer is split at paragraphs into several
-  messages of at most ``MESSAGE_BYTES``, each with the citations its own markers need; the last has the
-  feedback loop and "Still need help?".
+- Teams refuses an activity of about 28 KB and more, counted as sent (``activity_bytes``: JSON with every
+  non-ASCII character escaped): a long answer is split at paragraphs into several messages of at most
+  ``MESSAGE_BYTES``, each with the citations its own markers need; the last has the feedback loop and
+  "Still need help?".
 """
 
 from __future__ import annotations
@@ -129,8 +130,13 @@ def help_card(run_id: str) -> Json:
 
 
 def activity_bytes(activity: Json | str) -> int:
-    """The size Teams counts: the activity's (or a text's) JSON, UTF-8."""
-    return len(json.dumps(activity, ensure_ascii=False).encode())
+    """The size Teams receives: the activity's (or a text's) JSON as the connector client writes it.
+
+    msrest sends a body as ``json.dumps(body)``: ASCII, everything else escaped (``\\uXXXX``), so a
+    Chinese or Japanese character is 6 bytes on the wire and an emoji 12 (a surrogate pair), not the
+    3 and 4 of UTF-8. Counted as UTF-8, a part "within" the limit was twice it and refused (413).
+    """
+    return len(json.dumps(activity))  # ASCII: a character is a byte
 
 
 def split_text(text: str, limit: int, claims: dict[int, Json] | None = None) -> list[str]:

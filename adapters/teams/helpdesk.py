@@ -23,8 +23,9 @@ from bot.helpdesk import HandoffCase, reason_label
 from bot.types import UserRef
 
 CHANNEL_ID = "msteams"
-# Teams refuses an activity of about 28 KB of UTF-8 JSON: a character of Japanese is 3 bytes there, an
-# emoji 4, a quote or a newline 2. Leave room for the marker and what the connector adds.
+# Teams refuses an activity of about 28 KB of JSON as the connector sends it (``activity_bytes``: non-ASCII
+# escaped): a character of Japanese is 6 bytes there, an emoji 12, a quote or a newline 2. Leave room for
+# the marker and what the connector adds.
 TRANSCRIPT_BYTES = 20_000
 
 

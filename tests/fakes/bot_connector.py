@@ -19,7 +19,9 @@ a card Teams would refuse gets a 400 and is recorded in ``violations``; the test
 Streaming (personal chats only) is checked as Teams checks it: typing activities with a ``streaminfo``
 entity (``informative`` or ``streaming``, ``streamSequence`` 1, 2, ..., the ``streamId`` the first was
 answered with; streaming text that keeps what came before), ended by a ``final`` message; each stream is
-in ``streams``. An activity over 28 KB gets a 413. What Teams would refuse is a violation, as a bad card is.
+in ``streams``. An activity over 28 KB gets a 413, counted on the raw request body as the client sent it
+(in ``Recorded.raw``; the connector client escapes non-ASCII, so it is not the size of the parsed JSON
+re-encoded). What Teams would refuse is a violation, as a bad card is.
 
 A busy or failing channel: ``refuse_next(status, times=...)`` refuses the next few message calls;
 ``fail_for(seconds, status, retry_after=...)`` refuses every post, reply and update (typing included)
@@ -86,6 +88,7 @@ class Recorded:
     json: dict[str, Any]
     headers: dict[str, str]
     id: str  # what the connector answered
+    raw: bytes = b""  # the request body as it came over the wire (what Teams' size limit counts)
     at: float = field(default_factory=time.monotonic)  # when it arrived (time.monotonic), for benchmarks
 
     @property
@@ -394,7 +397,8 @@ class FakeBotConnector(LoopbackServer):
     async def _record(self, request: web.Request, kind: str, activity_id: str | None) -> web.Response:
         if self.fail_status is not None:
             return web.json_response({"error": {"code": "Failed", "message": "fake failure"}}, status=self.fail_status)
-        body = await request.json()
+        raw = await request.read()
+        body = json.loads(raw)
         conversation = unquote(request.match_info["conversation"])
         if self.failing and self.outage is not None:
             return await self._refuse(
@@ -405,8 +409,8 @@ class FakeBotConnector(LoopbackServer):
             return await self._refuse(kind, conversation, str(body.get("type", "")), status, retry_after, body)
         if problems := conformance.activity_card_problems(body):  # Teams refuses a card it cannot render
             return self._bad_card(kind, problems)
-        if (size := len(json.dumps(body, ensure_ascii=False).encode())) > MESSAGE_BYTES:
-            problem = f"an activity of {size:,} bytes (limit {MESSAGE_BYTES:,})"
+        if len(raw) > MESSAGE_BYTES:  # the body as sent, not re-encoded: its escapes count
+            problem = f"an activity of {len(raw):,} bytes on the wire (limit {MESSAGE_BYTES:,})"
             return self._refused_by_teams(413, "MessageSizeTooBig", problem)
         if (ended := self._ended_stream(body)) is not None and ended.final_unanswered:  # a retry of that final
             return await self._refuse(kind, conversation, str(body.get("type", "")), 403, None, body,
@@ -418,7 +422,7 @@ class FakeBotConnector(LoopbackServer):
         headers = {k.lower(): v for k, v in request.headers.items()}
         assert self._changed is not None
         async with self._changed:
-            self.recorded.append(Recorded(kind, conversation, activity_id, body, headers, str(new_id)))
+            self.recorded.append(Recorded(kind, conversation, activity_id, body, headers, str(new_id), raw))
             self._changed.notify_all()
         if self.lost_answers[0] and body.get("type") != "typing":
             self.lost_answers[0] -= 1

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from adapters.teams import cards
 from adapters.teams.activity import (
     addressed_to_bot,
@@ -52,10 +54,37 @@ def test_a_chat_is_its_own_thread():
     assert reference_of(activity)["conversation"]["id"] == conversation
 
 
-def test_only_the_bots_mention_is_removed_and_other_names_stay():
-    activity = CHANNEL_SIDE.channel_message("ask <at>Bob</at> about laptops")
-    activity["entities"].append({"type": "mention", "mentioned": {"id": "29:bob"}, "text": "<at>Bob</at>"})
-    assert question_text(activity) == "ask Bob about laptops"
+BOT = "<at>PolicyPal</at>"
+RND = "<at>R&amp;D Bot</at>"  # a name with "&", as Teams writes it into the text
+
+
+@pytest.mark.parametrize(
+    ("name", "mention_text", "text", "question"),
+    [
+        ("PolicyPal", BOT, f"{BOT} ask <at>Bob</at> about laptops", "ask Bob about laptops"),
+        ("PolicyPal", BOT, f"Hi {BOT}, what's the VPN policy?", "Hi, what's the VPN policy?"),
+        ("PolicyPal", BOT, f"{BOT} what is X", "what is X"),
+        ("PolicyPal", BOT, f"{BOT}, what is X?", "what is X?"),
+        ("PolicyPal", BOT, f"What is X, {BOT}?", "What is X?"),
+        ("PolicyPal", BOT, f"Thanks {BOT}!", "Thanks!"),
+        ("PolicyPal", BOT, f"ask <at>Bob</at>, then {BOT}: is it ok?", "ask Bob, then: is it ok?"),
+        ("PolicyPal", None, f"{BOT} what is X", "what is X"),  # an entity with the bot's name only
+        ("R&D Bot", RND, f"{RND} who approves travel?", "who approves travel?"),
+        ("R&D Bot", "<at>R&D Bot</at>", f"{RND} who approves travel?", "who approves travel?"),
+        ("R&D Bot", RND, "Hi <at>R&amp;D&nbsp;Bot</at>, who approves travel?", "Hi, who approves travel?"),
+        ("PolicyPal", BOT, f"{BOT} ask <at>R&amp;D Team</at> and <at>Bob</at>", "ask R&D Team and Bob"),
+    ],
+)
+def test_only_the_bots_mention_is_removed_however_escaped_and_the_text_around_it_reads_as_typed(
+    name: str, mention_text: str | None, text: str, question: str
+):
+    activity = CHANNEL_SIDE.channel_message("x")
+    bot = {"type": "mention", "mentioned": {"id": BOT_ID, "name": name}}
+    if mention_text is not None:
+        bot["text"] = mention_text
+    activity["text"] = text
+    activity["entities"] = [bot, {"type": "mention", "mentioned": {"id": "29:bob"}, "text": "<at>Bob</at>"}]
+    assert question_text(activity) == question
 
 
 def test_teams_html_and_entities_never_reach_the_question():

@@ -12,13 +12,14 @@ from aiohttp import web
 from msrest.exceptions import HttpOperationError
 
 from adapters.teams import TeamsChannelDestination, cards, teams_destination
+from adapters.teams.answers import activity_bytes
 from bot.config import Settings
 from bot.delivery import Outbox, OutboxPolicy
 from bot.errors import ConfigError
 from bot.helpdesk import CaseDeliveries, HandoffCase, Helpdesk
 from bot.store import Store, utcnow
 from bot.types import UserRef
-from tests.fakes.bot_connector import FakeBotConnector
+from tests.fakes.bot_connector import MESSAGE_BYTES, FakeBotConnector
 
 HELPDESK_CHANNEL = "19:helpdesk@thread.tacv2"
 RETRY_SOON = OutboxPolicy(max_attempts=3, backoff_s=30, deliver_timeout_s=5.0)
@@ -97,8 +98,9 @@ def plain_text(block: dict) -> str:
 
 
 async def test_a_long_transcript_in_a_language_of_wide_characters_still_reaches_the_helpdesk_thread():
-    """Bounded in characters, 20,000 characters of Japanese were 60 KB: Teams refused the transcript (413)."""
-    said = "年次有給休暇は入社日から数えて二十五日です。「詳細」は人事部へ。\n" * 20
+    """Bounded in characters, 20,000 characters of Japanese were 60 KB: Teams refused the transcript (413);
+    bounded in UTF-8 bytes, it was still twice the limit on the wire, where msrest escapes each one (``\\uXXXX``)."""
+    said = "年次有給休暇は入社日から数えて二十五日です🌴。「詳細」は人事部へ📨。\n" * 20
     runs = [{"run_id": f"r{n}", "reason": "answered", "question": "休暇は何日ですか？",
              "trace": [{"kind": "model", "name": "gpt-4o-mini", "text": said}]} for n in range(1, 31)]
     case = replace(CASE, transcript={"runs": runs})
@@ -107,6 +109,7 @@ async def test_a_long_transcript_in_a_language_of_wide_characters_still_reaches_
 
     assert channel.violations == []
     (transcript,) = channel.messages(f"{HELPDESK_CHANNEL};messageid={posted_id}")
+    assert len(transcript.raw) <= MESSAGE_BYTES and activity_bytes(transcript.json) == len(transcript.raw)
     assert transcript.text.startswith("# HD-42") and "休暇は何日ですか？" in transcript.text
     assert "transcript truncated" in transcript.text and "policypal handoffs HD-42" in transcript.text
 
