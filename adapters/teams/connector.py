@@ -43,19 +43,39 @@ def http_status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+class ConnectorError(RemoteError):
+    """A connector failure with what its JSON error body said (``{"error": {"code", "message"}}``), "" if nothing.
+
+    Some refusals differ only there: a stream's 403 ``ContentStreamNotAllowed`` is the person's Stop
+    ("Content stream was cancelled by user.") or a timeout ("... exceeded streaming time.").
+    """
+
+    def __init__(self, message: str, *, kind: str, status: int | None, code: str = "", said: str = "") -> None:
+        super().__init__(message, kind=kind, status=status)
+        self.code = code
+        self.said = said
+
+
+def error_body(exc: BaseException) -> tuple[str, str]:
+    """The ``code`` and ``message`` of the connector's JSON error body, as msrest deserialized it ("" if none)."""
+    error = getattr(getattr(exc, "error", None), "error", None)  # ErrorResponse -> Error
+    return str(getattr(error, "code", None) or ""), str(getattr(error, "message", None) or "")
+
+
 def remote_error(exc: Exception, what: str) -> RemoteError:
     """A connector failure as the outbox reads it: retried when it may pass, given up at once when it cannot.
 
     The connector has already retried throttling and overload itself (``DeliveryFailed``, passed as
     is). A 5xx or no answer at all may pass; a 400, 403 or 404 (a bot removed from the conversation, an
-    activity Teams will not take) will not.
+    activity Teams will not take) will not. What the error body said is kept (``ConnectorError``).
     """
     if isinstance(exc, RemoteError):
         return exc
     status = http_status(exc)
     kind = _KINDS.get(status or 0) or ("unavailable" if status is None or status >= 500 else "validation")
     said = f"HTTP {status}" if status is not None else type(exc).__name__
-    return RemoteError(f"Teams refused {what}: {said}: {exc}", kind=kind, status=status)
+    code, message = error_body(exc)
+    return ConnectorError(f"Teams refused {what}: {said}: {exc}", kind=kind, status=status, code=code, said=message)
 
 
 _KINDS = {401: "auth", 403: "forbidden", 404: "not_found", 408: "timeout", 429: "rate_limited"}

@@ -236,7 +236,8 @@ class TeamsBot:
         self._answers = _Answers(self.options.answer_ttl_s)
         self._results = _Results(self.options.answer_ttl_s)
         self._started = datetime.now(UTC)  # activities sent before this may have met an older release
-        self._streams = TeamsStreams(connector)  # personal chats' streams: begun by a run, ended by its reply
+        # personal chats' streams: begun by a run, ended by its reply; Teams' Stop on one stops the run
+        self._streams = TeamsStreams(connector, stop=service.stop)
 
     def register(self) -> None:
         """Handle this platform's inbox items and send its outbox rows here (at start)."""

@@ -13,8 +13,14 @@ this process, by conversation, so the reply sent from here continues it; a reply
 process (this one died) starts its own. Exactly once as a post is: the stream's id and sequence are
 saved on the outbox row before the final message, so a retry ends that same stream, and a retry that
 finds it already ended by a final that got no answer (or whose sender died) does not post it again.
-A stream Teams will not continue (the person pressed Stop, or it timed out) never costs them the
-answer: it goes out as a plain message.
+
+Teams shows a Stop button on a stream; once pressed, Teams refuses the stream's next request (403
+``ContentStreamNotAllowed``, "Content stream was cancelled by user."), and the person's choice is kept,
+as Slack's Stop is: seen on an informative update, the run is stopped (``PolicyPal.stop``: it ends
+``cancelled``, with the usual give-up and handoff, posted as a plain message) and no more updates are
+sent; seen while the answer is written out, the rest of it is not posted and the delivery is done. Any
+other stream Teams will not continue (it timed out: "... exceeded streaming time.") never costs the
+person the answer: it goes out as a plain message.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from adapters.teams.connector import Connector, Json, remote_error
+from adapters.teams.connector import Connector, ConnectorError, Json, remote_error
 from bot.agent import Progress
 from bot.delivery import Delivery
 from bot.errors import RemoteError
@@ -45,6 +52,7 @@ class Stream:
     id: str | None = None
     sequence: int = 0
     unanswered: bool = False  # its final was sent and no answer came back: it may have landed
+    stopped: bool = False  # the person pressed Stop: Teams takes nothing more on it
 
     def saved(self) -> str:
         """What an outbox row keeps so that a retry ends this same stream."""
@@ -76,21 +84,50 @@ def growing(text: str, updates: int = UPDATES, least: int = CHUNK_CHARS) -> list
 class TeamsStreams:
     """The streams of this process's personal chats: begun by a run's progress, ended by its reply."""
 
-    def __init__(self, connector: Connector, *, pace_s: float | None = None) -> None:
+    def __init__(
+        self,
+        connector: Connector,
+        *,
+        pace_s: float | None = None,
+        stop: Callable[[str], Awaitable[object]] | None = None,
+    ) -> None:
+        """``stop``: cancels a conversation's run on any replica (``PolicyPal.stop``), for Teams' Stop button."""
         self._connector = connector
         self._pace_s = PACE_S if pace_s is None else pace_s
+        self._stop = stop
         self._open: dict[str, Stream] = {}  # conversation key -> the stream its run began
 
     def progress(self, key: str, reference: Json) -> Progress:
-        """A run's status hook for a personal chat: each line an informative update of the chat's stream."""
+        """A run's status hook for a personal chat: each line an informative update of the chat's stream;
+        the person's Stop, refusing one, stops the run."""
 
         async def inform(text: str) -> None:
             stream = self._open.setdefault(key, Stream())
+            if stream.stopped:
+                return
             update = {"type": "typing", "text": text[:INFORMATIVE_CHARS], "entities": [stream.info("informative")]}
-            sent = await _send(self._connector, reference, update)
+            try:
+                sent = await _send(self._connector, reference, update)
+            except RemoteError as exc:
+                if not stopped_by_user(exc):
+                    raise
+                stream.stopped = True
+                await self._stop_run(key, stream)
+                return
             stream.id, stream.sequence = stream.id or sent or None, stream.sequence + 1
 
         return inform
+
+    async def _stop_run(self, key: str, stream: Stream) -> None:
+        """The person pressed Stop while the run works: stop it, as Slack's Stop does."""
+        log.info("teams stream %s in %s: the person pressed Stop; stopping the run", stream.id, key)
+        if self._stop is None:
+            log.warning("teams stream %s in %s: Stop pressed, but nothing here can stop the run", stream.id, key)
+            return
+        try:
+            await self._stop(key)
+        except Exception:  # this process's run is stopped already; other replicas are told through the store
+            log.warning("teams: the Stop in %s could not be recorded for other replicas", key, exc_info=True)
 
     def forget(self, key: str) -> None:
         """The run ended without a reply from here (another process answered): nothing to continue."""
@@ -101,13 +138,16 @@ class TeamsStreams:
 
         Exactly one answer is what counts: a final that may already have landed (an earlier attempt died,
         or got no answer) and that Teams now refuses as a closed stream was delivered, so it is not posted
-        again; a final refused for now is retried by the outbox on the same stream; only a stream Teams
-        will not continue (Stop pressed, timed out) has the answer posted as a plain message.
+        again; a final refused for now is retried by the outbox on the same stream; an answer the person
+        stopped is done (they chose to stop reading); only a stream Teams will not continue for another
+        reason (it timed out) has the answer posted as a plain message.
         """
         saved = _saved(delivery.progress)
         stream = saved or self._open.pop(key, None) or Stream()
-        if grow and not delivery.progress:
+        if grow and not delivery.progress and not stream.stopped:
             await self._grow(stream, reference, str(final.get("text") or ""))
+        if stream.stopped:
+            return _stopped_reading(stream, key)
         if stream.id is None:  # nothing streamed: a plain message
             return await _send(self._connector, reference, final)
         await delivery.save(stream.saved())  # a retry ends this same stream
@@ -117,6 +157,8 @@ class TeamsStreams:
             if exc.status == 403 and saved is not None and (saved.unanswered or delivery.uncertain):
                 log.info("teams stream %s in %s was ended by an earlier attempt; not posted again", stream.id, key)
                 return stream.id
+            if stopped_by_user(exc):
+                return _stopped_reading(stream, key)
             if exc.retryable:
                 if exc.status is None:  # no answer at all: the final may have landed
                     await delivery.save(replace(stream, unanswered=True).saved())
@@ -131,9 +173,13 @@ class TeamsStreams:
         that may have landed (no answer), is left for the outbox's retry from this process to end the
         same stream; Teams then refusing it as ended means it was delivered. Posted beside the stream
         instead, it would show twice or leave the progress line spinning. Only a stream Teams will not
-        continue has ``activity`` posted as a message.
+        continue (the person's Stop included: this is the give-up that follows it) has ``activity`` posted
+        as a message.
         """
         stream = self._open.pop(key, None) or Stream()
+        if stream.stopped:  # Teams takes nothing more on it: no final that is sure to be refused
+            log.info("teams stream %s in %s was stopped by the person; the reply goes out as a message", stream.id, key)
+            return await self._connector.send(reference, activity)
         try:
             return await self._end(stream, reference, activity)
         except RemoteError as exc:
@@ -163,10 +209,25 @@ class TeamsStreams:
             try:
                 sent = await _send(self._connector, reference, update)
             except RemoteError as exc:
+                if stopped_by_user(exc):
+                    stream.stopped = True
+                    return
                 log.warning("teams stream %s: an update was refused (%s); ending it with the answer", stream.id, exc)
                 return
             stream.id, stream.sequence = stream.id or sent or None, stream.sequence + 1
             await asyncio.sleep(self._pace_s)
+
+
+def stopped_by_user(exc: RemoteError) -> bool:
+    """Whether Teams refused a stream because the person pressed Stop ("cancelled" or "canceled" by user),
+    not because it timed out ("exceeded streaming time") or for any other reason."""
+    return exc.status == 403 and isinstance(exc, ConnectorError) and "cancel" in exc.said.lower()
+
+
+def _stopped_reading(stream: Stream, key: str) -> str:
+    """An answer whose stream the person stopped: delivered as far as they wanted it, the rest not posted."""
+    log.info("teams stream %s in %s: the person pressed Stop; the rest of the answer is not posted", stream.id, key)
+    return stream.id or ""
 
 
 async def _send(connector: Connector, reference: Json, activity: Json) -> str:

@@ -21,7 +21,10 @@ entity (``informative`` or ``streaming``, ``streamSequence`` 1, 2, ..., the ``st
 answered with; streaming text that keeps what came before), ended by a ``final`` message; each stream is
 in ``streams``. An activity over 28 KB gets a 413, counted on the raw request body as the client sent it
 (in ``Recorded.raw``; the connector client escapes non-ASCII, so it is not the size of the parsed JSON
-re-encoded). What Teams would refuse is a violation, as a bad card is.
+re-encoded). What Teams would refuse is a violation, as a bad card is. ``stop_stream_after(kind)`` is
+the person pressing Stop once the next update of ``kind`` has shown (or, with ``message=STREAM_TIMED_OUT``,
+the stream timing out): Teams then refuses every later update or final on that stream with 403
+``ContentStreamNotAllowed`` and that message, as it does a final for a stream already ended.
 
 A busy or failing channel: ``refuse_next(status, times=...)`` refuses the next few message calls;
 ``fail_for(seconds, status, retry_after=...)`` refuses every post, reply and update (typing included)
@@ -108,6 +111,8 @@ class Recorded:
 MESSAGE_BYTES = 28_000  # Teams refuses a bigger activity (413)
 STREAM_TYPES = ("informative", "streaming", "final")
 INFORMATIVE_CHARS = 1_000
+CANCELLED_BY_USER = "Content stream was cancelled by user."  # Teams' answer once the person pressed Stop
+STREAM_TIMED_OUT = "Content stream finished due to exceeded streaming time."
 
 
 @dataclass
@@ -119,6 +124,7 @@ class FakeStream:
     final: dict[str, Any] | None = None
     sequence: int = 0
     final_unanswered: bool = False  # the final was taken but its answer lost (lose_answer_next)
+    stopped: str | None = None  # why Teams takes nothing more on it (Stop pressed, timed out): stop_stream_after
 
     def take(self, kind: str, info: dict[str, Any], body: dict[str, Any]) -> str | None:
         """Record one update or the final message; what Teams would refuse about it, if anything."""
@@ -179,6 +185,7 @@ class FakeBotConnector(LoopbackServer):
     violations: list[str] = field(default_factory=list)  # cards Teams would refuse (tests/fakes/conformance.py)
     streams: dict[str, FakeStream] = field(default_factory=dict)  # stream id -> its updates and final message
     roster_held: asyncio.Event | None = None  # see hold_roster
+    stop_after: tuple[str, str] | None = None  # see stop_stream_after: (streamType, Teams' message)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition | None = None
 
@@ -201,6 +208,12 @@ class FakeBotConnector(LoopbackServer):
     def refuse_next(self, status: int, *, times: int = 1, retry_after: str | None = None) -> None:
         """Answer the next ``times`` message posts or updates (typing passes) with ``status``, as a busy channel."""
         self.refusal_queue.extend([(status, retry_after)] * times)
+
+    def stop_stream_after(self, kind: str, *, message: str = CANCELLED_BY_USER) -> None:
+        """Once the next ``kind`` update ("informative" or "streaming") is shown, its stream stops: the person
+        pressed Stop (or, with ``STREAM_TIMED_OUT``, it timed out); every later call on it gets 403 and ``message``."""
+        assert kind in ("informative", "streaming"), kind
+        self.stop_after = (kind, message)
 
     def hold_roster(self) -> asyncio.Event:
         """Leave every member lookup unanswered until the returned event is set: a roster that hangs."""
@@ -415,9 +428,13 @@ class FakeBotConnector(LoopbackServer):
         if (ended := self._ended_stream(body)) is not None and ended.final_unanswered:  # a retry of that final
             return await self._refuse(kind, conversation, str(body.get("type", "")), 403, None, body,
                                       code="ContentStreamNotAllowed")
+        if (named := self._named_stream(body)) is not None and named.stopped:  # Stop pressed, or timed out
+            why = {"code": "ContentStreamNotAllowed", "message": named.stopped}
+            return await self._refuse(kind, conversation, str(body.get("type", "")), 403, None, body, **why)
         stream_id, refusal = self._stream_step(conversation, body)
         if refusal is not None:
             return refusal
+        self._stop_if_due(stream_id, body)
         new_id = activity_id if kind == "update" else stream_id or f"out-{next(self._ids)}"
         headers = {k.lower(): v for k, v in request.headers.items()}
         assert self._changed is not None
@@ -460,6 +477,17 @@ class FakeBotConnector(LoopbackServer):
             return None, self._refused_by_teams(400, "BadArgument", problem)
         return stream_id, None
 
+    def _named_stream(self, body: dict[str, Any]) -> FakeStream | None:
+        """The stream an update or final continues (it names it), if the channel knows it."""
+        return self.streams.get(str((_stream_info(body) or {}).get("streamId")))
+
+    def _stop_if_due(self, stream_id: str | None, body: dict[str, Any]) -> None:
+        """``stop_stream_after``: the update just shown was the one after which the stream stops."""
+        kind = (_stream_info(body) or {}).get("streamType")
+        if stream_id is not None and self.stop_after is not None and kind == self.stop_after[0]:
+            self.streams[stream_id].stopped = self.stop_after[1]
+            self.stop_after = None
+
     def _ended_stream(self, body: dict[str, Any]) -> FakeStream | None:
         """The stream a ``final`` message names, when that stream has already ended."""
         info = _stream_info(body) or {}
@@ -487,6 +515,7 @@ class FakeBotConnector(LoopbackServer):
         body: dict[str, Any] | None = None,
         *,
         code: str | None = None,
+        message: str = "fake refusal",
     ) -> web.Response:
         assert self._changed is not None
         streamed = _stream_info(body or {}) is not None
@@ -496,7 +525,7 @@ class FakeBotConnector(LoopbackServer):
             self._changed.notify_all()
         headers = {"Retry-After": retry_after} if retry_after is not None else None
         code = code or ("Throttled" if status == 429 else "ServiceUnavailable")
-        error = {"error": {"code": code, "message": "fake refusal"}}
+        error = {"error": {"code": code, "message": message}}
         return web.json_response(error, status=status, headers=headers)
 
 
