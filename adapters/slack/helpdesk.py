@@ -9,7 +9,9 @@ Each message is posted once, as the Slack sender's are (adapters/slack/post.py):
 inside the call), with the case and part in its metadata. Slack can take a post whose answer is lost (a
 5xx, a dropped connection, a timeout), so the next attempt looks before posting again: for the summary
 in the channel's history (when the failure left ``UNSURE`` on the row, or the worker died), for the
-next transcript part in the summary's thread (whenever a delivery resumes there).
+next transcript part in the summary's thread (whenever a delivery resumes there). The history is read by
+channel id only: a channel configured by name is looked up by the id a post's answer carried, or else
+once, with conversations.list.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.post import find_messages, may_have_written, post_metadata, posted, without_retries
+from adapters.slack.post import (
+    find_messages,
+    may_have_written,
+    post_metadata,
+    posted,
+    slack_error,
+    without_retries,
+)
 from bot.delivery import Delivery
 from bot.helpdesk import HandoffCase, reason_label
 
@@ -34,6 +43,9 @@ HEADER_CHARS = 150  # Block Kit header limit
 SECTION_CHARS = 2_900  # Block Kit section limit is 3,000
 UNSURE = "?"  # saved when posting the summary failed where Slack may have taken it: look for it first
 SUMMARY = 0  # the summary's part in its metadata; the transcript's parts are 1, 2, ...
+CHANNELS_PAGE = 200  # channels per conversations.list call (Slack's advice: at most 200)
+MAX_CHANNEL_PAGES = 50  # up to 10,000 channels read when looking for the helpdesk channel's id
+CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")  # a channel's id, as opposed to a name such as #it-helpdesk
 QUESTION_CUT = "…\n_(cut here: too long for one Slack block; the transcript in the thread has the runs as asked)_"
 
 
@@ -65,6 +77,8 @@ class SlackChannelDestination:
         self._client = without_retries(client)  # posts: a blind second try could post a message twice
         self._reader = client  # looking for an earlier post keeps the client's retries
         self._channel = channel
+        self._channel_id: str | None = channel if CHANNEL_ID.fullmatch(channel) else None
+        self._unresolved = False  # the name is not among the bot's channels: warned once, not listed again
         self._progress: dict[str, str] = {}  # deliveries outside the outbox resume within this process
 
     @classmethod
@@ -109,9 +123,10 @@ class SlackChannelDestination:
     async def _summary(self, case: HandoffCase, delivery: Delivery) -> _Progress:
         """Where the summary is: found where a failed attempt may have posted it, else posted now."""
         if delivery.progress == UNSURE or delivery.uncertain:
-            found = await self._find(case, SUMMARY, self._channel, None)
+            channel = await self._history_channel()
+            found = await self._find(case, SUMMARY, channel, None)
             if found is not None:
-                progress = _Progress(self._channel, found)
+                progress = _Progress(channel, found)
                 await delivery.save(str(progress))
                 return progress
         try:
@@ -127,8 +142,43 @@ class SlackChannelDestination:
                 await delivery.save(UNSURE)
             raise
         progress = _Progress(str(response["channel"]), str(response["ts"]))
+        self._channel_id = progress.channel  # Slack answers with the id even when the post named the channel
         await delivery.save(str(progress))  # before the thread: a retry must not post a second summary
         return progress
+
+    async def _history_channel(self) -> str:
+        """The helpdesk channel's id, for conversations.history (which takes no name): known from the setting or
+        an earlier post's answer, else looked up once; the setting as it is when the name cannot be found."""
+        if self._channel_id is None and not self._unresolved:
+            self._channel_id = await self._lookup_channel_id()
+        return self._channel_id or self._channel
+
+    async def _lookup_channel_id(self) -> str | None:
+        """The id of the channel the setting names, from the public and private channels the bot can see; None
+        when it is not there (warned once, so not listed again) or Slack cannot be asked (logged, tried again)."""
+        name = self._channel.removeprefix("#").lower()
+        cursor: str | None = None
+        for _ in range(MAX_CHANNEL_PAGES):
+            try:
+                response = await self._reader.conversations_list(
+                    types="public_channel,private_channel", exclude_archived=True, limit=CHANNELS_PAGE, cursor=cursor
+                )
+            except Exception as exc:
+                log.warning("conversations.list failed looking for %s: %s", self._channel, slack_error(exc))
+                return None
+            for found in response.get("channels") or []:
+                if isinstance(found, dict) and str(found.get("name", "")).lower() == name and found.get("id"):
+                    return str(found["id"])
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                break
+        self._unresolved = True
+        log.warning(
+            "helpdesk channel %s is not among the channels the bot can see; a summary whose post was lost may be "
+            "posted again (set POLICYPAL_HELPDESK_SLACK_CHANNEL to the channel's id)",
+            self._channel,
+        )
+        return None
 
     async def _find(self, case: HandoffCase, part: int, channel: str, thread_ts: str | None) -> str | None:
         """The ts of this case's part if an earlier attempt posted it: the summary in the channel's history, a

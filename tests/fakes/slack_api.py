@@ -10,14 +10,14 @@ The app under test uses the real ``slack_sdk`` client, pointed here by ``SLACK_A
         slack.lose_answer("chat.startStream", late_s=60)           # done by Slack, the answer never in time
         posted = await slack.wait_for("chat.postMessage", 2)       # calls arrive after the ack
 
-Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update,
-chat.startStream / appendStream / stopStream (``FakeSlackAPI(streaming=True)``; the text streamed and the
-blocks put under it are in ``streams``; without it startStream is refused as in a workspace without AI apps),
-chat.postEphemeral, chat.getPermalink, conversations.members, conversations.replies, conversations.history,
-conversations.open (a person's DM), assistant.threads.setStatus / setSuggestedPrompts and
-apps.connections.open (with the app-level token), the way Slack does (``{"ok": false, "error": ...}`` with
-HTTP 200 for API errors, 429 for rate limits). A wrong token gets ``invalid_auth``; an unknown method gets
-``unknown_method`` and is recorded in ``problems``.
+Answers auth.test, bots.info, users.info, chat.postMessage (with a fresh ts), chat.update, chat.startStream /
+appendStream / stopStream (``FakeSlackAPI(streaming=True)``; the text streamed and the blocks put under it are
+in ``streams``; without it startStream is refused as in a workspace without AI apps), chat.postEphemeral,
+chat.getPermalink, conversations.members, conversations.replies, conversations.history, conversations.list
+(the channels ``add_channel`` made), conversations.open (a person's DM), assistant.threads.setStatus /
+setSuggestedPrompts and apps.connections.open (with the app-level token), the way Slack does (``{"ok": false,
+"error": ...}`` with HTTP 200 for API errors, 429 for rate limits). A wrong token gets ``invalid_auth``; an
+unknown method gets ``unknown_method`` and is recorded in ``problems``.
 
 The bot's messages are in their threads (``threads``) as conversations.replies shows them (a thread's first
 message, or one outside any thread, also as conversations.history does): ``user`` the bot, ``bot_id``, the
@@ -29,6 +29,8 @@ a clock, as Slack does (its ts is the time it took the message), for code that c
 when Slack did the work and the network or Slack failed after; ``where`` picks which call (a post to a DM).
 A post to a user id lands in their DM with the app, ``D`` and the rest of their id (conversations.open says
 so); conversations.history answers ``channel_not_found`` for a user id or a channel name, as Slack does.
+A post to a channel's name (``#it-helpdesk``, or without the ``#``) of one ``add_channel`` made lands in that
+channel and is answered with its id, as Slack does; an unknown ``#name`` gets ``channel_not_found``.
 A message or view Slack would refuse (Block Kit that slack_sdk's models reject, or over Slack's limits:
 tests/fakes/conformance.py) gets ``invalid_blocks``, ``msg_too_long`` or ``msg_blocks_too_long`` and is
 recorded in ``violations``; the test that sent it fails at teardown.
@@ -153,6 +155,31 @@ class FakeUser:
         }
 
 
+@dataclass
+class FakeChannel:
+    id: str
+    name: str
+    is_private: bool = False
+    is_archived: bool = False
+
+    def as_slack(self) -> dict[str, Any]:
+        """A conversation object as conversations.list shows it (the fields a reader of it uses, and their kin)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "name_normalized": self.name,
+            "is_channel": not self.is_private,
+            "is_group": self.is_private,
+            "is_im": False,
+            "is_mpim": False,
+            "is_private": self.is_private,
+            "is_archived": self.is_archived,
+            "is_general": False,
+            "is_member": True,
+            "created": 1_600_000_000,
+        }
+
+
 class FakeSlackAPI(LoopbackServer):
     """Slack's Web API on 127.0.0.1 under ``/api/{method}``, recording every call."""
 
@@ -180,6 +207,7 @@ class FakeSlackAPI(LoopbackServer):
         self.violations: list[str] = []  # payloads Slack would refuse (tests/fakes/conformance.py)
         self.users: dict[str, FakeUser] = {}
         self.members: dict[str, list[str]] = {}  # channel -> member ids, for conversations.members
+        self.channels: dict[str, FakeChannel] = {}  # id -> channel, for conversations.list and posts by name
         self._errors: dict[str, deque[ScriptedError]] = defaultdict(deque)
         self._outages: dict[str, tuple[float, int, str]] = {}  # method -> (until, status, error)
         self._delays: dict[str, float] = {}
@@ -214,6 +242,12 @@ class FakeSlackAPI(LoopbackServer):
         user = FakeUser(user_id, name, email, is_restricted=guest, team_id=team_id, enterprise_id=enterprise_id)
         self.users[user_id] = user
         return user
+
+    def add_channel(self, channel_id: str, name: str, *, private: bool = False, archived: bool = False) -> FakeChannel:
+        """A channel of the workspace the bot is in, listed by conversations.list and postable to by name."""
+        channel = FakeChannel(channel_id, name, is_private=private, is_archived=archived)
+        self.channels[channel_id] = channel
+        return channel
 
     def fail(self, method: str, error: str, *, times: int = 1, status: int = 200, **headers: str) -> None:
         """The next ``times`` calls of ``method`` get ``{"ok": false, "error": error}``."""
@@ -466,6 +500,11 @@ class FakeSlackAPI(LoopbackServer):
     def _chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         channel = str(params.get("channel"))
         channel = "D" + channel[1:] if channel.startswith(("U", "W")) else channel  # a user id: their DM
+        names = {c.name: c.id for c in self.channels.values() if not c.is_archived}
+        named = names.get(channel.removeprefix("#"))
+        if named is None and channel.startswith("#"):
+            return {"ok": False, "error": "channel_not_found"}
+        channel = named or channel  # a name: Slack posts in that channel and answers with its id
         ts = self._next_ts()
         text = str(params.get("text", ""))
         self._add_message(channel, str(params.get("thread_ts") or ts), ts, text, params.get("metadata"))
@@ -527,6 +566,24 @@ class FakeSlackAPI(LoopbackServer):
             messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
         page = {"next_cursor": str(start + limit) if more else ""}
         return {"messages": [dict(m) for m in messages], "has_more": more, "response_metadata": page}
+
+    def _conversations_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The channels of ``types`` (``public_channel`` unless given), without archived ones when
+        ``exclude_archived``, ``limit`` of them from ``cursor`` on (the next page's cursor in ``response_metadata``,
+        as Slack pages)."""
+        types = set(str(params.get("types") or "public_channel").split(","))
+        channels = [
+            c
+            for c in self.channels.values()
+            if ("private_channel" if c.is_private else "public_channel") in types
+            and not (c.is_archived and str(params.get("exclude_archived")).lower() in ("true", "1"))
+        ]
+        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
+        more = start + limit < len(channels)
+        return {
+            "channels": [c.as_slack() for c in channels[start : start + limit]],
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
 
     def _conversations_open(self, params: dict[str, Any]) -> dict[str, Any]:
         """The bot's DM with one person (``users``): where a post to their user id lands."""

@@ -118,3 +118,32 @@ async def test_a_summary_whose_answer_was_lost_is_not_posted_again_by_another_pr
     assert (tried.status, retried.status) == ("retrying", "delivered")
     (summary,) = summaries(slack)
     assert transcript(slack, summary["ts"])  # the retry went on under the summary it found
+
+
+@pytest.mark.parametrize("lost", LOST_ANSWERS.values(), ids=LOST_ANSWERS.keys())
+async def test_a_lost_summary_is_posted_once_in_a_channel_set_by_name(lost: dict[str, Any]):
+    case = long_question_case()
+    async with FakeSlackAPI() as slack:
+        for n in range(250):  # the channel is on conversations.list's second page
+            slack.add_channel(f"C0TEAM{n:03d}", f"team-{n:03d}", private=n % 2 == 1)
+        slack.add_channel(HELPDESK, "it-helpdesk", private=True)
+        slack.lose_answer("chat.postMessage", **lost, where=lambda params: "thread_ts" not in params)
+        destination = SlackChannelDestination.from_token(slack.token, "#it-helpdesk", base_url=slack.base_url)
+        ref = await deliver_until_done(destination, case)
+    (summary,) = summaries(slack)  # one summary, not one per attempt
+    assert ref == f"{HELPDESK}/{summary['ts']}"
+    assert transcript(slack, summary["ts"]) == transcript_chunks(case)
+    assert {call["channel"] for call in slack.calls_to("conversations.history")} == {HELPDESK}  # looked by id
+
+
+async def test_a_channel_name_the_bot_cannot_see_is_warned_about_once(caplog: pytest.LogCaptureFixture):
+    case = long_question_case()
+    async with FakeSlackAPI() as slack:
+        slack.add_channel("C0OTHER", "general")
+        destination = SlackChannelDestination.from_token(slack.token, "it-helpdesk", base_url=slack.base_url)
+        for _ in range(2):  # two deliveries, each with a summary whose answer was lost: two looks
+            slack.lose_answer("chat.postMessage", status=500, where=lambda params: "thread_ts" not in params)
+            assert await deliver_until_done(destination, case)
+    assert len(slack.calls_to("conversations.list")) == 1  # not listed again once it was not there
+    warned = [r.getMessage() for r in caplog.records if "not among the channels" in r.getMessage()]
+    assert len(warned) == 1 and "it-helpdesk" in warned[0]

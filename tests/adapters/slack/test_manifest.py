@@ -44,6 +44,8 @@ METHOD_SCOPES: dict[str, set[str]] = {
     "conversations.open": {"im:write"},
     # POLICYPAL_SHARED_AUDIENCE=members: who can read a channel or group DM (DMs are the asker's alone)
     "conversations.members": {"channels:read", "groups:read", "mpim:read"},
+    # The helpdesk channel set by name (#it-helpdesk): its id, which conversations.history needs (channels only)
+    "conversations.list": {"channels:read", "groups:read"},
     "assistant.threads.setStatus": {"assistant:write"},
     "assistant.threads.setSuggestedPrompts": {"assistant:write"},
     "apps.connections.open": set(),  # Socket Mode, with the app-level token (connections:write), not the bot's
