@@ -24,14 +24,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.post import (
-    find_messages,
-    may_have_written,
-    post_metadata,
-    posted,
-    slack_error,
-    without_retries,
-)
+from adapters.slack.post import find_post, may_have_written, post_metadata, slack_error, without_retries
 from bot.delivery import Delivery
 from bot.helpdesk import HandoffCase, reason_label
 
@@ -183,11 +176,7 @@ class SlackChannelDestination:
     async def _find(self, case: HandoffCase, part: int, channel: str, thread_ts: str | None) -> str | None:
         """The ts of this case's part if an earlier attempt posted it: the summary in the channel's history, a
         transcript part in the summary's thread. None when it is not there, or Slack cannot be asked (logged)."""
-        messages = await find_messages(self._reader, channel, thread_ts, case=case.case_id, part=part)
-        if messages is None:  # posting again risks a duplicate, not posting risks the case never arriving
-            log.warning("%s: could not look in %s for part %d posted before; posting it", case.case_id, channel, part)
-            return None
-        found = posted(messages, case=case.case_id, part=part)
+        found = await find_post(self._reader, channel, thread_ts, case=case.case_id, part=part)
         if found is not None:
             log.info("%s: part %d was already in %s (%s); not posted again", case.case_id, part, channel, found)
         return found

@@ -8,7 +8,7 @@ stream beside the first, or write a passage of a stream twice. Those are tried o
 aside); the outbox tries again, and the sender first looks for what the failed try may have left
 (``may_have_posted``; adapters/slack/streaming.py): in the thread, or, for a post outside any thread (to
 a person's DM; to the helpdesk channel, adapters/slack/helpdesk.py), in the conversation's history
-(``find_messages``). ``SlackWriter`` makes the writes the outbox sends and raises what still fails as a
+(``find_post``). ``SlackWriter`` makes the writes the outbox sends and raises what still fails as a
 ``RemoteError`` whose kind says whether trying again can help (the outbox retries, or hands the write to
 a person); ``UncertainWrite`` when Slack may have done it all the same.
 ``SlackPoster`` makes the calls a reply can do without (a permalink, the status line, suggested
@@ -219,13 +219,9 @@ class SlackWriter:
         """The ts of a message this row's earlier attempt posted, if Slack has it: in the thread, or, for a post
         outside any thread (a person's DM, addressed by their user id), in the conversation's history."""
         conversation = channel if thread_ts else await self.conversation(channel)
-        messages = None
-        if conversation is not None:
-            messages = await find_messages(self.client, conversation, thread_ts, row=row, part=part)
-        if messages is None:  # cannot look: posting again risks a duplicate, not posting risks silence
-            log.warning("could not look in %s for slack post %s part %d; posting again", channel, row, part)
+        if conversation is None:  # logged: posting again risks a duplicate, not posting risks silence
             return None
-        return posted(messages, row=row, part=part)
+        return await find_post(self.client, conversation, thread_ts, row=row, part=part)
 
     async def conversation(self, channel: str) -> str | None:
         """The id of the conversation a post to ``channel`` lands in. A user id stands for the person's DM with
@@ -236,7 +232,8 @@ class SlackWriter:
         try:
             response = await self.client.conversations_open(users=channel)
         except Exception as exc:
-            log.warning("conversations.open failed for %s: %s (the bot needs im:write)", channel, slack_error(exc))
+            error = slack_error(exc)
+            log.warning("conversations.open failed for %s: %s (the bot needs im:write); posting again", channel, error)
             return None
         dm = response.get("channel")
         return str(dm["id"]) if isinstance(dm, dict) and dm.get("id") else None
@@ -282,12 +279,15 @@ def posted(messages: Sequence[dict[str, Any]], **payload: str | int) -> str | No
     return None
 
 
-async def find_messages(
-    client: AsyncWebClient, channel: str, thread_ts: str | None, **payload: str | int
-) -> list[dict[str, Any]] | None:
-    """The messages read while looking for the one carrying ``payload``: a thread's, or (no ``thread_ts``) the
-    conversation's newest, read until it turns up; None when Slack cannot be asked (logged)."""
-    return await read_messages(client, channel, thread_ts, until=lambda found: posted(found, **payload) is not None)
+async def find_post(client: AsyncWebClient, channel: str, thread_ts: str | None, **payload: str | int) -> str | None:
+    """The ts of the message carrying ``payload`` that an earlier attempt posted: looked for in the thread, or (no
+    ``thread_ts``) among the conversation's newest messages, read until it turns up. None when it is not there, or
+    when Slack cannot be asked (logged: posting again risks a duplicate, not posting risks silence)."""
+    messages = await read_messages(client, channel, thread_ts, until=lambda found: posted(found, **payload) is not None)
+    if messages is None:
+        log.warning("could not look in %s for %s posted before; posting it again", channel, payload)
+        return None
+    return posted(messages, **payload)
 
 
 async def read_messages(

@@ -529,10 +529,7 @@ class TeamsBot:
         """Store a vote from either path (the feedback loop, a card's buttons); a store failure is logged with the
         run and returned as "not_saved", for the invoke's answer to tell the voter."""
         try:
-            if helpful:
-                stored = await self.service.feedback(run_id, "helpful", user.id, comment)
-            else:
-                stored = await self.service.feedback(run_id, "not_helpful", user.id, comment)
+            stored = await self.service.feedback(run_id, "helpful" if helpful else "not_helpful", user.id, comment)
         except Exception:
             log.exception("teams: feedback on run %s (message %s) not saved", run_id, message_id)
             return "not_saved"
@@ -541,8 +538,8 @@ class TeamsBot:
         return "stored" if stored else "ignored"
 
     async def _feedback(self, activity: Activity, data: Json) -> Json:
-        """A card's Helpful / Not helpful button. Not raised when the store refuses the vote: Teams does not
-        deliver an ``adaptiveCard/action`` again, so the clicker is told, and the card keeps its buttons."""
+        """A card's Helpful / Not helpful button. A vote the store refuses is told to the clicker (it was not
+        saved), and the card keeps its buttons to click again."""
         run_id, value = data.get("run_id"), data.get("value")
         if not isinstance(run_id, str) or value not in FEEDBACK_VALUES:
             return cards.invoke_card(cards.notice_card(NO_LONGER))

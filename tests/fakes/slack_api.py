@@ -515,57 +515,22 @@ class FakeSlackAPI(LoopbackServer):
         ids = self.members.get(str(params.get("channel")))
         if ids is None:
             return {"ok": False, "error": "channel_not_found"}
-        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
-        more = start + limit < len(ids)
-        return {
-            "members": ids[start : start + limit],
-            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
-        }
+        members, cursor = _cursor_page(ids, params, default_limit=100)
+        return {"members": members, "response_metadata": {"next_cursor": cursor}}
 
     def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A thread's messages as they are now, oldest first, with their metadata when ``include_all_metadata``
-        is set: only those after ``oldest`` and before ``latest`` (``inclusive``: or at them), ``limit`` of them
-        from ``cursor`` on (the next page's cursor in ``response_metadata``, as Slack pages)."""
-        messages = sorted(
-            self.threads.get((str(params.get("channel")), str(params.get("ts"))), []), key=lambda m: float(m["ts"])
-        )
-        inclusive = str(params.get("inclusive")).lower() in ("true", "1")
-        if params.get("oldest"):
-            oldest = float(params["oldest"])
-            messages = [m for m in messages if float(m["ts"]) > oldest or (inclusive and float(m["ts"]) == oldest)]
-        if params.get("latest"):
-            latest = float(params["latest"])
-            messages = [m for m in messages if float(m["ts"]) < latest or (inclusive and float(m["ts"]) == latest)]
-        limit, start = int(params.get("limit") or 1000), int(params.get("cursor") or 0)
-        more, messages = len(messages) > start + limit, messages[start : start + limit]
-        if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
-            messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
-        page = {"next_cursor": str(start + limit) if more else ""}
-        return {"messages": [dict(m) for m in messages], "has_more": more, "response_metadata": page}
+        """A thread's messages as they are now, oldest first (see ``_messages_page``)."""
+        thread = self.threads.get((str(params.get("channel")), str(params.get("ts"))), [])
+        return _messages_page(thread, params, newest_first=False, default_limit=1000)
 
     def _conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A conversation's messages outside threads (a thread's first message stands for it), newest first, with
-        their metadata when ``include_all_metadata`` is set: only those after ``oldest`` and before ``latest``
-        (``inclusive``: or at them), ``limit`` of them from ``cursor`` on, as Slack pages. A user id or a name
-        is not a conversation id: ``channel_not_found``."""
+        """A conversation's messages outside threads (a thread's first message stands for it), newest first (see
+        ``_messages_page``). A user id or a name is not a conversation id: ``channel_not_found``."""
         channel = str(params.get("channel"))
         if not channel.startswith(("C", "G", "D")):
             return {"ok": False, "error": "channel_not_found"}
         roots = [m for (where, ts), thread in self.threads.items() if where == channel for m in thread if m["ts"] == ts]
-        inclusive = str(params.get("inclusive")).lower() in ("true", "1")
-        if params.get("oldest"):
-            oldest = float(params["oldest"])
-            roots = [m for m in roots if float(m["ts"]) > oldest or (inclusive and float(m["ts"]) == oldest)]
-        if params.get("latest"):
-            latest = float(params["latest"])
-            roots = [m for m in roots if float(m["ts"]) < latest or (inclusive and float(m["ts"]) == latest)]
-        messages = sorted(roots, key=lambda m: float(m["ts"]), reverse=True)
-        limit, start = int(params.get("limit") or 100), int(params.get("cursor") or 0)
-        more, messages = len(messages) > start + limit, messages[start : start + limit]
-        if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
-            messages = [{k: v for k, v in m.items() if k != "metadata"} for m in messages]
-        page = {"next_cursor": str(start + limit) if more else ""}
-        return {"messages": [dict(m) for m in messages], "has_more": more, "response_metadata": page}
+        return _messages_page(roots, params, newest_first=True, default_limit=100)
 
     def _conversations_list(self, params: dict[str, Any]) -> dict[str, Any]:
         """The channels of ``types`` (``public_channel`` unless given), without archived ones when
@@ -578,12 +543,8 @@ class FakeSlackAPI(LoopbackServer):
             if ("private_channel" if c.is_private else "public_channel") in types
             and not (c.is_archived and str(params.get("exclude_archived")).lower() in ("true", "1"))
         ]
-        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
-        more = start + limit < len(channels)
-        return {
-            "channels": [c.as_slack() for c in channels[start : start + limit]],
-            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
-        }
+        page, cursor = _cursor_page(channels, params, default_limit=100)
+        return {"channels": [c.as_slack() for c in page], "response_metadata": {"next_cursor": cursor}}
 
     def _conversations_open(self, params: dict[str, Any]) -> dict[str, Any]:
         """The bot's DM with one person (``users``): where a post to their user id lands."""
@@ -799,3 +760,30 @@ def block_actions(
 def form_body(payload: dict[str, Any]) -> str:
     """How Slack posts interactivity: ``payload=<json>``, form-encoded."""
     return urllib.parse.urlencode({"payload": json.dumps(payload)})
+
+
+def _cursor_page(items: list[Any], params: dict[str, Any], *, default_limit: int) -> tuple[list[Any], str]:
+    """``limit`` items from ``cursor`` on (Slack's cursor is opaque; here it is the offset), and the next page's
+    cursor ("" on the last page), as Slack's list methods page."""
+    start, limit = int(params.get("cursor") or 0), int(params.get("limit") or default_limit)
+    return items[start : start + limit], str(start + limit) if start + limit < len(items) else ""
+
+
+def _messages_page(
+    messages: list[dict[str, Any]], params: dict[str, Any], *, newest_first: bool, default_limit: int
+) -> dict[str, Any]:
+    """conversations.replies' and .history's answer: only the messages after ``oldest`` and before ``latest``
+    (``inclusive``: or at them), in ts order (``newest_first`` for history), one page of them by cursor, with
+    their metadata only when ``include_all_metadata`` is set."""
+    inclusive = str(params.get("inclusive")).lower() in ("true", "1")
+    if params.get("oldest"):
+        oldest = float(params["oldest"])
+        messages = [m for m in messages if float(m["ts"]) > oldest or (inclusive and float(m["ts"]) == oldest)]
+    if params.get("latest"):
+        latest = float(params["latest"])
+        messages = [m for m in messages if float(m["ts"]) < latest or (inclusive and float(m["ts"]) == latest)]
+    ordered = sorted(messages, key=lambda m: float(m["ts"]), reverse=newest_first)
+    page, cursor = _cursor_page(ordered, params, default_limit=default_limit)
+    if str(params.get("include_all_metadata")).lower() not in ("true", "1"):
+        page = [{k: v for k, v in m.items() if k != "metadata"} for m in page]
+    return {"messages": [dict(m) for m in page], "has_more": bool(cursor), "response_metadata": {"next_cursor": cursor}}
