@@ -203,7 +203,21 @@ _PROCESS_QUESTION = re.compile(
 )
 
 
+# "Someone" next to a question of its own is the question's context ("who's the people partner for engineering?
+# need to talk to someone about my team"): the person wants a name from the policy, not the IT helpdesk. Asking
+# for a human, an agent or the helpdesk by name always hands off.
+_VAGUE_PERSON = re.compile(r"\b(?:talk|speak|chat)\s+(?:to|with)\s+someone\b", re.I)
+_SENTENCE = re.compile(r"[^.?!\n]+[.?!]*")
+
+
 def asks_for_human(text: str) -> bool:
     """A message that asks for a person ("I want a human", "talk to someone"), not a policy question, even one
-    that asks whether to talk to someone ("do I need to talk to someone in finance?")."""
-    return bool(_HUMAN.search(_PROCESS_QUESTION.sub(" ", text)))
+    that asks whether to talk to someone ("do I need to talk to someone in finance?") or who to talk to."""
+    sentences = [match.group().strip() for match in _SENTENCE.finditer(_PROCESS_QUESTION.sub(" ", text))]
+    requests = [sentence for sentence in sentences if _HUMAN.search(sentence)]
+    if not requests:
+        return False
+    if all(_VAGUE_PERSON.search(sentence) for sentence in requests):
+        other_questions = [s for s in sentences if s not in requests and s.endswith("?")]
+        return not other_questions
+    return True

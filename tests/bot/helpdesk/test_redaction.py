@@ -134,6 +134,8 @@ def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
         "I need to talk to someone",
         "Do I need to talk to someone in HR? I want a human now",  # the request after the question still counts
         "why do I have to use a bot, let me talk to a human",
+        "what's the leave policy? actually just let me talk to a human",  # asked by name: always a request
+        "my laptop died. I need to talk to someone",
     ):
         assert asks_for_human(text), text
     for text in (
@@ -145,6 +147,8 @@ def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
         "Should I speak to a person in HR before I resign?",
         "does my manager need to talk to someone in payroll first?",
         "Do we have to speak to the helpdesk before buying software?",
+        "who's the people partner for engineering? need to talk to someone about a thing on my team",
+        "I need to talk to someone about my team. Who is the people partner for engineering?",
     ):
         assert not asks_for_human(text), text
 
