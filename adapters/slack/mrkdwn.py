@@ -2,31 +2,48 @@
 
 Slack's mrkdwn is not Markdown: bold is ``*x*``, italic ``_x_``, strike ``~x~``, links ``<url|text>``,
 no headings and no list syntax, and ``&``, ``<`` and ``>`` must be escaped or Slack reads them as
-markup. Code (fenced and inline) is passed through untouched, apart from the escaping Slack needs.
+markup. What is emphasis, code or a link is decided by a CommonMark parser (markdown-it-py, with
+strikethrough), as any Markdown renderer decides it, so ``***a** b*`` or ``**`` in a code span are
+paired by the spec and not by the order of regexes; this module only writes the parsed tree in
+Slack's syntax. Code (fenced and inline) is kept verbatim apart from the escaping Slack needs.
+Tables are not parsed: their lines pass through as text, which reads as well in Slack.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-_FENCE = re.compile(r"^\s*```")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_QUOTE = re.compile(r"^(\s*>+\s?)(.*)$")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-# A link target may hold balanced parentheses (Wikipedia's Foo_(bar)), one level deep.
-_LINK = re.compile(r"!?\[([^\]\n]+)\]\(\s*<?((?:[^()\s>]|\([^()\s>]*\))+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_AUTOLINK = re.compile(r"<(https?://[^>\s]+|mailto:[^>\s]+)>")
+from markdown_it import MarkdownIt
+from markdown_it.rules_inline import StateInline
+from markdown_it.tree import SyntaxTreeNode
+
 # A bare URL, without the punctuation or emphasis markers that may close a sentence or a span after it.
 _BARE_URL = re.compile(r"(?:https?://|mailto:)[^\s<>\x00]*[^\s<>\x00*_~.,:;!?'\"]")
-# Bold italic first: left to the bold rule, ``***x***`` became the mis-nested ``*_x*_``. Slack's form is ``*_x_*``.
-_BOLD_ITALIC = re.compile(r"(?<![\w*])\*\*\*(?=[^\s*])(.+?)(?<=[^\s*])\*\*\*(?![\w*])")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|(?<!\w)__(?=\S)(.+?)(?<=\S)__(?!\w)")
-_ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_STASH = re.compile("\x00(\\d+)\x00")
-_BOLD_MARK = "\x01"
+_SCHEME = re.compile(r"(?:^|[^A-Za-z0-9])(https?|mailto)$")
+_WEB = re.compile(r"(?:https?://|mailto:)")
+# Slack's marks, outermost first: bold italic is ``*_x_*``.
+_MARKS = {"strong": "*", "em": "_", "s": "~"}
+
+
+def _bare_url(state: StateInline, silent: bool) -> bool:
+    """At the ``:`` of a bare URL: the URL is one piece of text, so ``__init__`` or ``a*b*c`` in it is
+    never emphasis, and a span around it still closes after it."""
+    scheme = _SCHEME.search(state.pending) if state.src[state.pos] == ":" else None
+    start = state.pos - len(scheme.group(1)) if scheme else -1
+    url = _BARE_URL.match(state.src, start, state.posMax) if start >= 0 else None
+    if url is None:
+        return False
+    if not silent:
+        state.pending = state.pending[: start - state.pos]
+        state.push("text", "", 0).content = url.group(0)
+    state.pos = url.end()
+    return True
+
+
+# HTML off: the model's ``<team>`` is text to show, not a tag.
+_PARSER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough")
+_PARSER.inline.ruler.before("linkify", "bare_url", _bare_url)
 
 
 def escape(text: str) -> str:
@@ -36,64 +53,123 @@ def escape(text: str) -> str:
 
 def to_mrkdwn(markdown: str) -> str:
     """Convert the model's Markdown to mrkdwn, keeping code blocks verbatim."""
-    lines: list[str] = []
-    in_fence = False
-    for line in markdown.replace("\r\n", "\n").split("\n"):
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            lines.append("```")  # Slack ignores a language tag, and would show it as text
-        elif in_fence:
-            lines.append(escape(line))
-        else:
-            lines.append(_convert_line(line))
-    if in_fence:
-        lines.append("```")  # an unclosed fence would swallow the rest of the message
-    return "\n".join(lines).strip("\n")
+    return _blocks(SyntaxTreeNode(_PARSER.parse(markdown)).children)
 
 
-def _convert_line(line: str) -> str:
-    if _RULE.match(line):
-        return ""
-    if heading := _HEADING.match(line):
-        return f"*{_inline(heading.group(1))}*"
-    if bullet := _BULLET.match(line):
-        indent = bullet.group(1).replace("\t", "    ")
-        return f"{indent}• {_inline(bullet.group(2))}"
-    if quote := _QUOTE.match(line):
-        return "> " + _inline(quote.group(2))
-    return _inline(line)
+def _blocks(nodes: Sequence[SyntaxTreeNode]) -> str:
+    """Blocks apart as in the source: on the next line, or after one blank line (a list right under its
+    lead-in stays there). A rule is dropped, leaving its blank line: Slack has none."""
+    out: list[str] = []
+    end = None
+    for node in nodes:
+        if node.type == "hr":
+            continue
+        start = node.map[0] if node.map else 0
+        if end is not None:
+            out.append("\n" * min(2, max(1, start - end + 1)))
+        out.append(_block(node))
+        end = _end(node)
+    return "".join(out)
 
 
-def _inline(text: str) -> str:
-    """Inline spans: code, links and bare URLs are set aside first so emphasis rules never reach inside them."""
-    stash: list[str] = []
-
-    def keep(rendered: str) -> str:
-        stash.append(rendered)
-        return f"\x00{len(stash) - 1}\x00"
-
-    def restore(held: str) -> str:
-        # A link's label may hold a code span set aside before it: restore what is inside, too.
-        return _STASH.sub(lambda m: restore(stash[int(m.group(1))]), held)
-
-    text = _CODE_SPAN.sub(lambda m: keep(f"`{escape(m.group(2))}`"), text)
-    text = _LINK.sub(lambda m: keep(_link(m.group(2), restore(escape(m.group(1))))), text)
-    text = _AUTOLINK.sub(lambda m: keep(f"<{_url(m.group(1))}>"), text)
-    text = _BARE_URL.sub(lambda m: keep(escape(m.group(0))), text)
-    text = escape(text)
-    text = _BOLD_ITALIC.sub(lambda m: f"{_BOLD_MARK}_{m.group(1)}_{_BOLD_MARK}", text)
-    text = _BOLD.sub(lambda m: f"{_BOLD_MARK}{m.group(1) or m.group(2)}{_BOLD_MARK}", text)
-    text = _ITALIC.sub(r"_\1_", text)
-    text = _STRIKE.sub(r"~\1~", text)
-    text = text.replace(_BOLD_MARK, "*")
-    return restore(text)
+def _end(node: SyntaxTreeNode) -> int:
+    """The line after a block's last line of text (a list's own range also takes the blank lines after it)."""
+    if node.type in ("bullet_list", "ordered_list", "list_item", "blockquote") and node.children:
+        return _end(node.children[-1])
+    return node.map[1] if node.map else 0
 
 
-def _link(url: str, label: str) -> str:
-    """``<url|label>`` for a web or mail target; ``label`` is already mrkdwn (escaped, code restored)."""
-    if not re.match(r"(https?://|mailto:)", url):
-        return f"{label} ({escape(url)})"  # a relative or odd target: show it, never a broken link
-    return f"<{_url(url)}|{label.replace('|', '¦')}>"
+def _block(node: SyntaxTreeNode) -> str:
+    match node.type:
+        case "paragraph":
+            return _spans(node)
+        case "heading":
+            text = _spans(node, frozenset({"strong"}))
+            return f"*{text}*" if text else ""
+        case "fence" | "code_block":  # Slack ignores a fence's language tag, and would show it as text
+            return f"```\n{escape(node.content)}```"
+        case "bullet_list" | "ordered_list":
+            return _blocks(node.children)
+        case "list_item":
+            marker = f"{node.info}{node.markup}" if node.parent and node.parent.type == "ordered_list" else "•"
+            lines = _blocks(node.children).split("\n")
+            rest = [" " * (len(marker) + 1) + line if line else "" for line in lines[1:]]
+            return "\n".join([f"{marker} {lines[0]}".rstrip(), *rest])
+        case "blockquote":
+            body = _blocks(node.children)
+            if _within(node, "blockquote"):  # Slack quotes one level deep
+                return body
+            return "\n".join(f"> {line}" if line else ">" for line in body.split("\n"))
+    return escape(node.content)
+
+
+def _within(node: SyntaxTreeNode, kind: str) -> bool:
+    parent = node.parent
+    while parent is not None and parent.type != kind:
+        parent = parent.parent
+    return parent is not None
+
+
+def _spans(block: SyntaxTreeNode, marks: frozenset[str] = frozenset()) -> str:
+    """A paragraph's or heading's text (its one inline child)."""
+    return "".join(_inline(node, marks) for child in block.children for node in child.children)
+
+
+def _inline(node: SyntaxTreeNode, marks: frozenset[str]) -> str:
+    """One inline node; ``marks`` are the Slack marks already open around it."""
+    match node.type:
+        case "text":
+            return escape(node.content)
+        case "softbreak" | "hardbreak":
+            return "\n"
+        case "code_inline":
+            return f"`{escape(node.content)}`"
+        case "link" | "image":
+            return _link(node, marks)
+        case "strong" | "em" | "s":
+            return _styled(node, marks)
+    return escape(node.content)
+
+
+def _styled(node: SyntaxTreeNode, marks: frozenset[str]) -> str:
+    """Emphasis in Slack's marks, outermost first (``***x***`` is ``*_x_*``), a mark already open not opened
+    again. Inside a word Slack shows no emphasis at all, so there the Markdown stays as written (``2*3*4``)."""
+    chain, children = [node], _nonempty(node)
+    while len(children) == 1 and children[0].type in _MARKS:
+        chain.append(children[0])
+        children = _nonempty(children[0])
+    kinds = {span.type for span in chain}
+    if _touches_word(node):
+        opened, kinds = "".join(span.markup for span in chain), set()
+    else:
+        opened = "".join(mark for kind, mark in _MARKS.items() if kind in kinds and kind not in marks)
+    inner = "".join(_inline(child, marks | kinds) for child in children)
+    return f"{opened}{inner}{opened[::-1]}"
+
+
+def _nonempty(node: SyntaxTreeNode) -> list[SyntaxTreeNode]:
+    """A span's children without the empty text the parser leaves where delimiters were."""
+    return [child for child in node.children if child.type != "text" or child.content]
+
+
+def _touches_word(node: SyntaxTreeNode) -> bool:
+    before, after = node.previous_sibling, node.next_sibling
+    return (before is not None and before.type == "text" and before.content[-1:].isalnum()) or (
+        after is not None and after.type == "text" and after.content[:1].isalnum()
+    )
+
+
+def _link(node: SyntaxTreeNode, marks: frozenset[str]) -> str:
+    """``<url|label>`` for a web or mail target (an image is a link to it); any other target is shown, never a
+    broken link. The parser has already percent-encoded the target and refused ``javascript:`` and the like."""
+    url = str(node.attrs.get("href") or node.attrs.get("src") or "")
+    label = "".join(_inline(child, marks) for child in node.children)
+    if not _WEB.match(url):
+        shown = escape(_PARSER.normalizeLinkText(url))  # as written, not percent-encoded
+        return label if node.markup == "autolink" or not url else f"{label} ({shown})".lstrip()
+    if node.markup == "autolink" or not label:
+        return f"<{_url(url)}>"
+    return f"<{_url(url)}|{label.replace('|', '¦')}>"  # a | would end the label
 
 
 def _url(url: str) -> str:
