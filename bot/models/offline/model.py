@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bot.models.offline.answers import answer_from_results
+from bot.models.offline.answers import NOT_IN_POLICY, answer_from_results
 from bot.models.offline.meaning import Embed, Meaning
 from bot.models.offline.messages import (
     current_turn,
@@ -93,7 +93,12 @@ def decide(
         return _plan(question, plan, offered, salt=len(messages))
     results, cites = tool_results(turn), previous_cites(messages)
     answer = answer_from_results(results, plan.parts, meaning, cites, room)
+    if plan.self_help and TICKET_TOOL in offered and answer.endswith(NOT_IN_POLICY):
+        # The search was for self-service steps, not a question: finding none is not a gap to report.
+        answer = answer.removesuffix(NOT_IN_POLICY).rstrip()
     if plan.problem and TICKET_TOOL in offered and not _called(turn, TICKET_TOOL):
+        if not answer:
+            return TICKET_PROPOSAL, (_ticket_beside(question, plan.problem, answer, len(messages)),)
         # A problem report that also asked something: the answer, and beside it the ticket to confirm.
         call = _ticket_beside(question, plan.problem, answer, len(messages))
         beside = len(TICKET_BESIDE_ANSWER) + 2 + len(_dumps(call.as_dict())) + _TICKET_SLACK

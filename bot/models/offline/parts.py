@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from bot.models.offline.planning import (
     MAX_PARTS,
     MAX_QUERY,
+    asks_for_ticket,
     clean_question,
     is_problem_clause,
     names_error_code,
@@ -44,6 +45,7 @@ class Part:
     also_alone: bool = False  # searched with its context and on its own (the context may mislead)
     aside: str = ""
     follows: bool = False  # continues the previous question
+    self_help: bool = False  # a problem report, searched for what the policy says to do about it
 
     @property
     def query(self) -> str:
@@ -77,6 +79,11 @@ class Plan:
     parts: tuple[Part, ...]
     problem: str = ""
 
+    @property
+    def self_help(self) -> bool:
+        """Only the problem itself was searched: a report with no question of its own."""
+        return any(part.self_help for part in self.parts)
+
 
 @dataclass
 class _Draft:
@@ -92,8 +99,12 @@ def plan_message(message: str, previous: str = "") -> Plan:
     cleaned = clean_question(normalise_chat(message))
     problem, asked = _separate(cleaned)
     if problem and not asked:
-        # "error NG-809 since this morning": the policy explains codes, so look it up as well as ticket it
-        return Plan((Part(problem),) if names_error_code(problem) else (), problem)
+        # "error NG-809 since this morning", "locked out of my laptop": what the policy says to do is looked up
+        # and given beside the ticket, so a person who cancels it still has the self-service steps. Who asks
+        # for a ticket in so many words gets it at once (unless an error code begs looking up).
+        if asks_for_ticket(problem) and not names_error_code(problem):
+            return Plan((), problem)
+        return Plan((Part(problem, self_help=True),), problem)
     if problem and not content_words(asked):  # "..., what do I do?": the question is about the problem
         return Plan((Part(asked, problem),), problem)
     return Plan(tuple(_parts(asked, previous, problem)), problem)

@@ -208,6 +208,11 @@ def is_problem_report(text: str) -> bool:
     return bool(_PROBLEM.search(text)) and not _HYPOTHETICAL.search(text)
 
 
+def asks_for_ticket(text: str) -> bool:
+    """An explicit request for a ticket ("can you raise a ticket?", "need a ticket")."""
+    return bool(_TICKET_REQUEST.search(text))
+
+
 def is_problem_clause(clause: str) -> bool:
     """One clause of a message that reports a problem or asks for help with it, rather than asking."""
     if _TICKET_REQUEST.search(clause):

@@ -29,6 +29,9 @@ SURE_MEANING = 0.6  # this close in meaning is on the point whatever the words
 SYNONYM = 0.55  # two words this close in meaning say the same thing ("vacation", "holiday")
 SUBJECT = 0.12  # a word carrying this much of a question's meaning is part of what it asks about
 STRONG_SCORE = 0.6  # a best candidate this good in words and meaning: words it says otherwise are not missing
+# A problem report asks nothing: only a passage this close to it says what to do ("lost my YubiKey" finds the
+# table of MFA methods at 0.47, which tells the person nothing); the ticket is proposed either way.
+SELF_HELP_MEANING = 0.5
 # Verbs chat asks "does the company pay for it?" with, as content_words stems them
 _PAYING_STEMS = frozenset(stem(word) for word in ("expense", "claim", "reimburse", "refund", "cover", "covered"))
 # What a passage says when it states what is paid: a currency amount, or the words for it
@@ -42,6 +45,8 @@ _STATES_PAYMENT = re.compile(
 def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> bool:
     """Whether the best of ``ranked`` answers the part; without an embedding model, any shared word does."""
     best = ranked[0]
+    if part.self_help and (meaning is None or best.meaning < SELF_HELP_MEANING):
+        return False  # a shared word is no evidence that a passage says what to do about a problem
     if meaning is None:
         return best.words > 0
     if best.score < MIN_SCORE or (best.meaning < MIN_MEANING and best.words < MIN_WORDS):

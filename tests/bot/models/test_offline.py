@@ -223,7 +223,7 @@ async def test_search_errors_are_reported_honestly() -> None:
     ],
 )
 async def test_problem_report_proposes_a_ticket(message: str, category: str, urgency: str) -> None:
-    reply = await ask([SYSTEM, {"role": "user", "content": message}])
+    reply = await proposal(message)
 
     assert reply.text == TICKET_PROPOSAL
     (call,) = reply.tool_calls
@@ -235,6 +235,28 @@ async def test_problem_report_proposes_a_ticket(message: str, category: str, urg
     assert 0 < len(arguments["summary"]) <= 120 and "\n" not in arguments["summary"]
     assert "ticket" not in arguments["summary"].lower()
     assert arguments["details"] == message
+
+
+async def proposal(message: str) -> ModelReply:
+    """The ticket proposal for a problem report: asked for in so many words, at once; otherwise after a search
+    for what the policy says to do about it, which found nothing (without an embedding model, a shared word
+    is no evidence that a passage says what to do)."""
+    first = await ask([SYSTEM, {"role": "user", "content": message}])
+    if [call.name for call in first.tool_calls] != ["search_policies"]:
+        return first
+    assert json.loads(first.tool_calls[0].arguments)["query"]  # the problem itself is searched
+    return await ask(with_results(message, first, [{"results": [ABROAD]}]))
+
+
+@pytest.mark.parametrize(
+    ("message", "searched"),
+    [("My laptop was stolen from my car", True), ("Please raise a ticket: my monitor is broken", False)],
+)
+async def test_a_problem_is_looked_up_first_unless_a_ticket_is_asked_for(message: str, searched: bool) -> None:
+    first = await ask([SYSTEM, {"role": "user", "content": message}])
+
+    names = [call.name for call in first.tool_calls]
+    assert names == (["search_policies"] if searched else ["create_it_ticket"])
 
 
 async def test_policy_question_about_a_problem_searches_instead() -> None:
@@ -262,7 +284,7 @@ async def test_no_ticket_tool_means_no_ticket() -> None:
     ],
 )
 async def test_ticket_outcomes_are_reported(result: dict[str, Any], expected: str) -> None:
-    message = "My VPN is broken"
+    message = "My VPN is broken, please raise a ticket"
     first = await ask([SYSTEM, {"role": "user", "content": message}])
 
     answer = await ask(with_results(message, first, [result]))

@@ -117,6 +117,45 @@ async def test_a_problem_report_that_also_asks_gets_the_answer_and_the_ticket(of
     assert any(c["title"] == "Remote and Hybrid Work Policy" for c in result["citations"])
 
 
+async def test_a_bare_problem_report_gets_the_self_service_steps_beside_the_ticket(offline: PolicyPal) -> None:
+    """A report that asks nothing still gets what the policy says to do about it, on the card and after a
+    Cancel, so a person who would rather fix it themselves is not left with "OK, I did not raise a ticket"."""
+    message = "i forgot my laptop password and i'm locked out, help"
+
+    reply = await ask(offline, message, thread="forgot")
+    result = await asked_with_no(offline, message)
+
+    assert isinstance(reply.outcome, Pending)
+    assert "choose Forgot password on the sign-in page" in reply.outcome.text
+    assert reply.outcome.action.arguments["category"] == "accounts_passwords"
+    assert result["decision"] == "cancelled" and result["reason"] == "answered"
+    assert result["answer"].startswith("OK, I did not raise a ticket.")
+    assert "choose Forgot password on the sign-in page" in result["answer"]
+    assert any("Changing or resetting your password" in c["heading"] for c in result["citations"])
+
+
+@pytest.mark.parametrize("message", ["the printer on floor 2 is broken", "i lost my yubikey"])
+async def test_a_problem_the_policy_says_nothing_useful_about_gets_the_ticket_alone(
+    offline: PolicyPal, message: str
+) -> None:
+    """The nearest passage (the MFA methods table for a lost YubiKey) tells the person nothing to do, and
+    finding nothing is no knowledge gap to report: the card and the reply after Cancel say only the ticket."""
+    reply = await ask(offline, message, thread="alone")
+    result = await asked_with_no(offline, message)
+
+    assert isinstance(reply.outcome, Pending)
+    assert reply.outcome.text == "I can raise an IT ticket for this. Please confirm the details."
+    assert result["answer"] == "OK, I did not raise a ticket." and result["reason"] == "answered"
+
+
+async def test_who_asks_for_a_ticket_in_so_many_words_gets_it_without_a_search(offline: PolicyPal) -> None:
+    reply = await ask(offline, "my monitor is broken, please raise a ticket", thread="asked")
+
+    assert isinstance(reply.outcome, Pending)
+    assert reply.outcome.text == "I can raise an IT ticket for this. Please confirm the details."
+    assert reply.steps == 1
+
+
 async def test_a_question_about_a_policy_is_never_a_ticket(offline: PolicyPal) -> None:
     reply = await ask(offline, "is POL-SEC-004 about phishing?")
 
