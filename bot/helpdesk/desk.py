@@ -203,21 +203,24 @@ _PROCESS_QUESTION = re.compile(
 )
 
 
-# "Someone" next to a question of its own is the question's context ("who's the people partner for engineering?
-# need to talk to someone about my team"): the person wants a name from the policy, not the IT helpdesk. Asking
-# for a human, an agent or the helpdesk by name always hands off.
+# "Someone" beside a question of its own that asks who, what or where is that question's context ("who's the people
+# partner for engineering? need to talk to someone about my team"): the person wants a name from the policy, not
+# the IT helpdesk. "Hello? I need to talk to someone" or "can I talk to someone? is that possible?" still hands
+# off, and asking for a human, an agent or the helpdesk by name always does.
 _VAGUE_PERSON = re.compile(r"\b(?:talk|speak|chat)\s+(?:to|with)\s+someone\b", re.I)
-_SENTENCE = re.compile(r"[^.?!\n]+[.?!]*")
+_CONTENT_QUESTION = re.compile(
+    r"(?:^|[.?!]\s+)(?:(?:hi|hey|hello|ok|okay|so|and|also|quick q)\b[,:]?\s*)*"
+    r"(?:who|what|where|which|when|how)(?:'s|’s|\b)[^.?!]*\?",
+    re.I,
+)
 
 
 def asks_for_human(text: str) -> bool:
     """A message that asks for a person ("I want a human", "talk to someone"), not a policy question, even one
     that asks whether to talk to someone ("do I need to talk to someone in finance?") or who to talk to."""
-    sentences = [match.group().strip() for match in _SENTENCE.finditer(_PROCESS_QUESTION.sub(" ", text))]
-    requests = [sentence for sentence in sentences if _HUMAN.search(sentence)]
-    if not requests:
+    asked = _PROCESS_QUESTION.sub(" ", text)
+    if not _HUMAN.search(asked):
         return False
-    if all(_VAGUE_PERSON.search(sentence) for sentence in requests):
-        other_questions = [s for s in sentences if s not in requests and s.endswith("?")]
-        return not other_questions
-    return True
+    if _HUMAN.search(_VAGUE_PERSON.sub(" ", asked)):
+        return True  # a human, an agent or the helpdesk, by name
+    return not any(not _VAGUE_PERSON.search(match.group()) for match in _CONTENT_QUESTION.finditer(asked))

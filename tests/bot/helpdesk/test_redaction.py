@@ -136,6 +136,13 @@ def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
         "why do I have to use a bot, let me talk to a human",
         "what's the leave policy? actually just let me talk to a human",  # asked by name: always a request
         "my laptop died. I need to talk to someone",
+        # a vague "someone" beside small talk or a question about the request itself is still a request
+        "Hello? I need to talk to someone",
+        "I need to talk to someone. Can you connect me?",
+        "Can I talk to someone? Is that possible?",
+        "hey are you there? pls let me speak to someone",
+        "Do I need to talk to someone in HR? I need to talk to someone",
+        "I need to talk to someone re. my contract?",
     ):
         assert asks_for_human(text), text
     for text in (
@@ -149,6 +156,7 @@ def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
         "Do we have to speak to the helpdesk before buying software?",
         "who's the people partner for engineering? need to talk to someone about a thing on my team",
         "I need to talk to someone about my team. Who is the people partner for engineering?",
+        "Who raises hardware tickets?\nhelpdesk",  # a word alone on a line of a longer message is no request
     ):
         assert not asks_for_human(text), text
 
