@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
@@ -42,7 +43,8 @@ def _bare_url(state: StateInline, silent: bool) -> bool:
 
 
 # HTML off: the model's ``<team>`` is text to show, not a tag.
-_PARSER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough")
+# maxNesting: a list or quote nested past markdown-it's default of 20 would lose its text.
+_PARSER = MarkdownIt("commonmark", {"html": False, "maxNesting": 100}).enable("strikethrough")
 _PARSER.inline.ruler.before("linkify", "bare_url", _bare_url)
 
 
@@ -52,8 +54,21 @@ def escape(text: str) -> str:
 
 
 def to_mrkdwn(markdown: str) -> str:
-    """Convert the model's Markdown to mrkdwn, keeping code blocks verbatim."""
-    return _blocks(SyntaxTreeNode(_PARSER.parse(markdown)).children)
+    """Convert the model's Markdown to mrkdwn, keeping code blocks verbatim; nothing written is dropped."""
+    env: dict[str, Any] = {}
+    try:
+        text = _blocks(SyntaxTreeNode(_PARSER.parse(markdown, env)).children)
+    except RecursionError:  # nested deeper than a tree can be built: shown as written rather than not at all
+        return escape(markdown.strip())
+    return text + _unused_references(env, text)
+
+
+def _unused_references(env: dict[str, Any], text: str) -> str:
+    """Reference definitions no link used ("Sources:\n[1]: https://..."), which a renderer hides, as lines."""
+    references = env.get("references") or {}
+    unused = [(label, str(ref.get("href", ""))) for label, ref in references.items()]
+    lines = [f"[{escape(label)}]: <{_url(href)}>" for label, href in unused if href and _url(href) not in text]
+    return "".join(f"\n{line}" for line in lines) if text else "\n".join(lines)
 
 
 def _blocks(nodes: Sequence[SyntaxTreeNode]) -> str:

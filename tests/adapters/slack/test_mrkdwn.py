@@ -127,3 +127,17 @@ def test_links_the_regexes_missed():
     assert to_mrkdwn(md) == (
         "See <https://x.example.com/leave|leave>, <https://x.example.com/map.png> or <mailto:it@example.com>."
     )
+
+
+@pytest.mark.parametrize(
+    ("markdown", "kept"),
+    [
+        ("See [leave][1].\n\n[1]: https://x.example.com/leave\n[2]: https://y.example.com/pay", "y.example.com/pay"),
+        ("> " * 30 + "deep in quotes", "deep in quotes"),  # past markdown-it's default nesting of 20
+        ("- " * 30 + "deep in lists", "deep in lists"),
+        ("*" * 493 + "a" + "*" * 493, "a"),  # deeper than a syntax tree can be built: shown as written
+        ("*a " * 250 + "b*" * 250, "b"),
+    ],
+)
+def test_nothing_the_model_wrote_is_lost_or_raises(markdown: str, kept: str):
+    assert kept in to_mrkdwn(markdown)
