@@ -11,7 +11,7 @@ from bot.models.offline.meaning import Meaning
 from bot.models.offline.messages import ToolResult
 from bot.models.offline.parts import Part
 from bot.models.offline.planning import opens_like_question
-from bot.models.offline.relevance import relevant
+from bot.models.offline.relevance import SELF_HELP_MEANING, relevant
 from bot.models.offline.scoring import Candidate, score
 from bot.models.offline.selection import MORE_UNITS, chosen, overlapping
 from bot.models.offline.text import error_codes, shorten
@@ -142,6 +142,8 @@ def _part_answer(
     if not relevant(part, ranked, reading.meaning):
         return None
     fresh = [s for s in ranked if not _quoted_before(s.candidate, reading.quoted)]  # another part quoted the rest
+    if part.self_help and reading.meaning is not None:  # beside a ticket card, only what is about the problem
+        fresh = [s for s in fresh if s.meaning >= SELF_HELP_MEANING] or fresh[:1]
     # all of it quoted for another part already: its best sentence alone says which part of that answers this
     picked = chosen(fresh, error_codes(part.query), more) if fresh else [ranked[0].candidate]
     reading.quoted.update(_key(candidate) for candidate in picked)

@@ -134,6 +134,16 @@ async def test_a_bare_problem_report_gets_the_self_service_steps_beside_the_tick
     assert any("Changing or resetting your password" in c["heading"] for c in result["citations"])
 
 
+async def test_beside_a_ticket_card_only_what_is_about_the_problem_is_quoted(offline: PolicyPal) -> None:
+    """The troubleshooting section's "If none of the steps above help, raise a ticket" is close in words but
+    points at steps it does not quote: beside the card it would dangle."""
+    reply = await ask(offline, "my VPN keeps dropping", thread="vpn")
+
+    assert isinstance(reply.outcome, Pending)
+    assert "Persistent connection failures" in reply.outcome.text
+    assert "steps above" not in reply.outcome.text
+
+
 @pytest.mark.parametrize("message", ["the printer on floor 2 is broken", "i lost my yubikey"])
 async def test_a_problem_the_policy_says_nothing_useful_about_gets_the_ticket_alone(
     offline: PolicyPal, message: str
