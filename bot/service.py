@@ -229,7 +229,7 @@ class PolicyPal:
                 private = await self._private_part(result, where, stop, elsewhere)
                 if private is not None and result.reason is TerminationReason.NOT_COVERED:
                     result = replace(result, reason=TerminationReason.ANSWERED)  # covered: for the asker, privately
-                reply = await self._conclude(result, where, started, also, private)
+                reply = await self._conclude(result, where, started, also, private, resumed=decided is not None)
             finally:
                 self.metrics.in_flight.dec()
         spent = state.spent
@@ -325,8 +325,11 @@ class PolicyPal:
         started: datetime,
         also: Sequence[NewPost],
         private: RunResult | None = None,
+        *,
+        resumed: bool = False,
     ) -> Reply | None:
-        """Store the run with what the user sees (one fenced transaction), then send it."""
+        """Store the run with what the user sees (one fenced transaction), then send it. A ``resumed`` run (after
+        a card's decision) adds only its answer to the thread: the card's run already kept the question."""
         state, spent = result.state, result.state.spent
         run = self._record(result, where, started)
         reply = Reply(
@@ -334,7 +337,7 @@ class PolicyPal:
         )
         outcome = result.outcome
         if isinstance(outcome, ProposedWrite):
-            return await self._propose(result, outcome, reply, where, run, also)
+            return await self._propose(result, outcome, reply, where, run, also, asked=not resumed)
         if isinstance(outcome, GaveUp):
             if not await self.outcomes.still_held():
                 log.warning("run %s: its inbox item was taken over; no case, no reply", result.run_id)
@@ -353,14 +356,16 @@ class PolicyPal:
         reply = replace(reply, outcome=outcome)
         # Thread history keeps questions and final answers only (tool traffic lives in the trace), on
         # the run's own row: one INSERT, never a read-modify-write, so concurrent runs all stay.
-        run = replace(run, exchange=self._exchange(state, outcome.text))
+        run = replace(run, exchange=self._exchange(state, outcome.text, asked=not resumed))
         posts = [*also, *reply_posts(reply, where, _item()), *private_posts]
         committed = await self.outcomes.commit(run=run, also_runs=private_runs, posts=posts)
         return reply if committed else None
 
-    def _exchange(self, state: RunState, answer: str) -> list[Message]:
-        """What the thread's history keeps of a run: the question and the answer, redacted like traces."""
-        exchange: list[Message] = self.redactor.value([{"role": "user", "content": state.question}, _said(answer)])
+    def _exchange(self, state: RunState, answer: str, *, asked: bool = True) -> list[Message]:
+        """What the thread's history keeps of a run: the question (unless an earlier run of it kept it) and the
+        answer, redacted like traces."""
+        said = ([{"role": "user", "content": state.question}] if asked else []) + ([_said(answer)] if answer else [])
+        exchange: list[Message] = self.redactor.value(said)
         return exchange
 
     async def _propose(
@@ -371,10 +376,15 @@ class PolicyPal:
         where: Where,
         run: RunRecord,
         also: Sequence[NewPost],
+        *,
+        asked: bool = True,
     ) -> Reply | None:
-        """A write the model asked for: frozen as a pending action, and its card, committed with the run."""
+        """A write the model asked for: frozen as a pending action, and its card, committed with the run. The
+        thread keeps the question and what the card says, so a message sent while the card is open reads
+        as part of the conversation ("what do I do now?")."""
         state = result.state
         text = str(state.messages[-1].get("content") or "")
+        run = replace(run, exchange=self._exchange(state, text, asked=asked))
         proposed: list[Reply] = []
 
         async def propose(tx: Any) -> None:

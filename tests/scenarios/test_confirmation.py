@@ -81,9 +81,34 @@ async def test_confirmed_result_goes_back_as_that_calls_tool_result_and_the_mode
     assert isinstance(decided.reply.outcome, Answer)
     call_id = next(m for m in fake_openai.requests[1].messages if m.get("tool_calls"))["tool_calls"][0]["id"]
     assert fake_openai.requests[1].messages[-1]["tool_call_id"] == call_id
-    assert [m["role"] for m in history] == ["user", "assistant"]
-    assert history[1]["content"] == "Done: ticket IT-1001 is open."
+    assert [m["role"] for m in history] == ["user", "assistant", "assistant"]  # the question once, the card, the end
+    assert [m["content"] for m in history[1:]] == [
+        "I can raise a ticket for this. Please confirm.",
+        "Done: ticket IT-1001 is open.",
+    ]
     fake_openai.assert_script_consumed()
+
+
+async def test_a_message_sent_while_the_card_is_open_reads_the_question_before_it(
+    tmp_path, fake_openai, sample_index
+):
+    """The card's run keeps the question in the thread (and its text, when the model wrote one): "what do I do
+    in the meantime?" sent before anyone clicks is read as part of the conversation, and after the click the
+    thread holds the question once."""
+    fake_openai.script(propose(), text("Restart the VPN client."), text("Done: ticket IT-1001 is open."))
+    async with service(tmp_path, fake_openai, sample_index) as svc:
+        reply = await ask(svc, "VPN broken with NG-809")
+        await ask(svc, "what do I do in the meantime?")
+        await svc.decide(reply.outcome.action.id, ALICE, "confirm", reply.outcome.action.args_hash)
+        history = await svc.store.threads.load_history(reply.conversation_key)
+    meantime = fake_openai.requests[1].messages
+    assert [m["content"] for m in meantime if m["role"] == "user"] == [
+        "VPN broken with NG-809", "what do I do in the meantime?"
+    ]
+    assert [m["content"] for m in history if m["role"] == "user"] == [
+        "VPN broken with NG-809", "what do I do in the meantime?"
+    ]
+    assert history[-1]["content"] == "Done: ticket IT-1001 is open."
 
 
 async def test_cancel_sends_cancelled_by_user_and_creates_nothing(tmp_path, fake_openai, sample_index):
