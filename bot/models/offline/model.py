@@ -30,7 +30,7 @@ from bot.models.offline.messages import (
     tool_results,
 )
 from bot.models.offline.parts import Part, Plan, plan_message
-from bot.models.offline.planning import clean_question, small_talk, ticket_arguments
+from bot.models.offline.planning import MIN_QUERY, clean_question, small_talk, ticket_arguments
 from bot.models.offline.summary import summarize_history
 from bot.types import Message, ModelReply, ToolCall, Usage
 
@@ -38,6 +38,7 @@ NAME = "policypal-offline"
 COMPACTION_PREFIX = "You compress agent conversation history"
 TICKET_PROPOSAL = "I can raise an IT ticket for this. Please confirm the details."
 TICKET_BESIDE_ANSWER = "For the problem you describe, I can raise an IT ticket. Please confirm the details."
+SAY_MORE = "Could you say a little more? I can answer questions about company policies, or raise an IT ticket."
 SEARCH_TOOL = "search_policies"
 TICKET_TOOL = "create_it_ticket"
 MAX_SEARCHES = 3  # the agent's search guard answers a fourth with "no further results"
@@ -134,10 +135,14 @@ def _plan(question: str, plan: Plan, offered: set[str], *, salt: int) -> tuple[s
     if reply is not None:
         return reply, ()
     if plan.problem and TICKET_TOOL in offered and (not plan.parts or SEARCH_TOOL not in offered):
-        return TICKET_PROPOSAL, (_tool_call(0, TICKET_TOOL, ticket_arguments(question, plan.problem), salt),)
+        told = f"{plan.problem}\n\n{question}" if plan.reported_before else question  # the ticket says what for
+        return TICKET_PROPOSAL, (_tool_call(0, TICKET_TOOL, ticket_arguments(told, plan.problem), salt),)
     if SEARCH_TOOL not in offered:
         return "I can't search the policy documents right now, so I can't answer that reliably.", ()
-    queries = _searches(plan.parts or (Part(cleaned),))
+    searchable = (query for query in _searches(plan.parts or (Part(cleaned),)))
+    queries = [query for query in searchable if len(re.findall(r"\w", query)) >= MIN_QUERY]
+    if not queries:  # "y", "?!": nothing to look up
+        return SAY_MORE, ()
     calls = (_tool_call(n, SEARCH_TOOL, {"query": query}, salt) for n, query in enumerate(queries))
     return None, tuple(calls)
 

@@ -11,6 +11,7 @@ from bot.models.offline.planning import (
     MAX_PARTS,
     MAX_QUERY,
     asks_for_ticket,
+    asks_for_ticket_about_earlier,
     clean_question,
     is_problem_clause,
     names_error_code,
@@ -78,6 +79,7 @@ class Plan:
 
     parts: tuple[Part, ...]
     problem: str = ""
+    reported_before: bool = False  # the problem is the previous message's: "please raise a ticket for that"
 
     @property
     def self_help(self) -> bool:
@@ -97,6 +99,9 @@ class _Draft:
 def plan_message(message: str, previous: str = "") -> Plan:
     """Separate the problem a message reports from what it asks; ``previous`` is the user's last question."""
     cleaned = clean_question(normalise_chat(message))
+    earlier = _separate(clean_question(normalise_chat(previous)))[0] if previous else ""
+    if earlier and asks_for_ticket_about_earlier(cleaned):
+        return Plan((), earlier, reported_before=True)
     problem, asked = _separate(cleaned)
     if problem and not asked:
         # "error NG-809 since this morning", "locked out of my laptop": what the policy says to do is looked up

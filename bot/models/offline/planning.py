@@ -7,7 +7,7 @@ import re
 from bot.models.offline.text import content_words, error_codes, shorten, unique
 
 MAX_PARTS = 3
-MAX_QUERY = 300  # the search tool's schema limits
+MIN_QUERY, MAX_QUERY = 2, 300  # the search tool's schema limits
 MAX_DETAILS = 2000  # and the ticket tool's
 
 _WH = r"(?:what|when|where|which|who|whom|whose|why|how)"
@@ -211,6 +211,22 @@ def is_problem_report(text: str) -> bool:
 def asks_for_ticket(text: str) -> bool:
     """An explicit request for a ticket ("can you raise a ticket?", "need a ticket")."""
     return bool(_TICKET_REQUEST.search(text))
+
+
+# "raise it", "go ahead and open one", "yes please do": a ticket asked for about what was said before
+_TICKET_FOR_THAT = re.compile(
+    r"\b(?:raise|open|create|log|file|submit|lodge|make)\s+(?:it|one|that|this)\b|\bgo ahead\b"
+    r"|^\W*(?:(?:yes|yeah|yep|ok|okay)\W+)?please do\b",
+    re.I,
+)
+
+
+def asks_for_ticket_about_earlier(text: str) -> bool:
+    """A ticket asked for with no problem of its own ("please raise a ticket for that", "yes, raise it"): it is
+    about the problem reported before."""
+    if not (asks_for_ticket(text) or _TICKET_FOR_THAT.search(text)):
+        return False
+    return not is_problem_report(_TICKET_FOR_THAT.sub(" ", _TICKET_REQUEST.sub(" ", text)))
 
 
 def is_problem_clause(clause: str) -> bool:

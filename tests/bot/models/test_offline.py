@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from bot.models.offline.answers import NOT_IN_POLICY
-from bot.models.offline.model import COMPACTION_PREFIX, NAME, TICKET_BESIDE_ANSWER, TICKET_PROPOSAL, OfflineModel
+from bot.models.offline.model import (
+    COMPACTION_PREFIX,
+    NAME,
+    SAY_MORE,
+    TICKET_BESIDE_ANSWER,
+    TICKET_PROPOSAL,
+    OfflineModel,
+)
 from bot.models.offline.parts import plan_message
 from bot.models.offline.planning import split_question
 from bot.models.offline.scoring import Candidate, Scored
@@ -258,6 +265,54 @@ async def test_a_problem_is_looked_up_first_unless_a_ticket_is_asked_for(message
     assert names == (["search_policies"] if searched else ["create_it_ticket"])
 
 
+@pytest.mark.parametrize(
+    ("earlier", "now", "category", "urgency"),
+    [
+        ("My laptop was stolen this morning", "actually yes please raise it", "security_incident", "high"),
+        ("my VPN keeps dropping", "please raise a ticket for that", "network_vpn", "normal"),
+        ("Outlook keeps crashing", "ok go ahead and open one", "software", "normal"),
+    ],
+)
+async def test_a_ticket_asked_for_afterwards_is_about_the_problem_reported(
+    earlier: str, now: str, category: str, urgency: str
+) -> None:
+    history: list[Message] = [
+        SYSTEM,
+        {"role": "user", "content": earlier},
+        {"role": "assistant", "content": "OK, I did not raise a ticket."},
+        {"role": "user", "content": now},
+    ]
+
+    reply = await ask(history)
+
+    (call,) = reply.tool_calls
+    arguments = json.loads(call.arguments)
+    assert call.name == "create_it_ticket" and reply.text == TICKET_PROPOSAL
+    assert (arguments["category"], arguments["urgency"]) == (category, urgency)
+    assert arguments["summary"].lower() == earlier.lower()
+    assert earlier in arguments["details"] and now in arguments["details"]
+
+
+async def test_a_ticket_request_with_its_own_problem_is_about_that_one() -> None:
+    history: list[Message] = [
+        SYSTEM,
+        {"role": "user", "content": "my VPN keeps dropping"},
+        {"role": "assistant", "content": "OK, I did not raise a ticket."},
+        {"role": "user", "content": "also my monitor is broken, please raise a ticket"},
+    ]
+
+    (call,) = (await ask(history)).tool_calls
+
+    assert json.loads(call.arguments)["category"] == "hardware"
+
+
+@pytest.mark.parametrize("message", ["y", "?!"])
+async def test_a_message_too_short_to_search_asks_for_more(message: str) -> None:
+    reply = await ask([SYSTEM, {"role": "user", "content": message}])
+
+    assert reply.tool_calls == () and reply.text == SAY_MORE
+
+
 async def test_policy_question_about_a_problem_searches_instead() -> None:
     reply = await ask([SYSTEM, {"role": "user", "content": "What should I do if my laptop is stolen?"}])
 
@@ -271,7 +326,7 @@ async def test_no_ticket_tool_means_no_ticket() -> None:
 
     assert [call.name for call in reply.tool_calls] == ["search_policies"]
     answer = await ask(with_results(message, reply, [{"results": [ABROAD]}]), tools=search_only)
-    assert answer.tool_calls == () and "[Remote and Hybrid Work Policy" in (answer.text or "")  # the passage, not a refusal
+    assert answer.tool_calls == () and "[Remote and Hybrid Work Policy" in (answer.text or "")  # not a refusal
 
 
 @pytest.mark.parametrize(

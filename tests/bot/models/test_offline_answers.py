@@ -166,6 +166,16 @@ async def test_who_asks_for_a_ticket_in_so_many_words_gets_it_without_a_search(o
     assert reply.steps == 1
 
 
+async def test_what_now_after_a_problem_report_is_what_to_do_about_it(offline: PolicyPal) -> None:
+    """Sent while the ticket card is still open: the card's run keeps the report in the thread, so "what do I
+    do now?" is read with it (before, the thread held nothing until someone clicked)."""
+    assert isinstance((await ask(offline, "my laptop was stolen this morning", thread="now")).outcome, Pending)
+
+    outcome = await answer(offline, "what do I do now?", thread="now")
+
+    assert headings(outcome) == ["Lost or stolen devices"]
+
+
 async def test_a_question_about_a_policy_is_never_a_ticket(offline: PolicyPal) -> None:
     reply = await ask(offline, "is POL-SEC-004 about phishing?")
 
