@@ -85,9 +85,38 @@ def error_codes(text: str) -> frozenset[str]:
     return frozenset(code.upper() for code in _ERROR_CODE.findall(text))
 
 
+# An emoji, as a character or as Slack's :shortcode:, with its modifiers. Before a new sentence it ends the one
+# before ("5 min ago 😬 what do i do?"); elsewhere it may be what is asked about ("reacting 👍 vs ✅"), so it stays.
+_EMOJI = re.compile(
+    r"\s*(?:[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF][\uFE0F\u200D\U0001F3FB-\U0001F3FF]*"
+    r"|(?<![\w:]):[a-z][a-z0-9_+-]*:(?![\w:]))+",
+    re.I,
+)
+
+
 def normalise_chat(text: str) -> str:
-    """Chat shorthand written out ("wfh" -> "work from home", "wont" -> "won't"), the rest untouched."""
-    return _CHAT_WORD.sub(lambda match: _CHAT_WORDS[match[0].lower()], text.replace("’", "'"))
+    """Chat shorthand written out ("wfh" -> "work from home", "wont" -> "won't"), an emoji read as the end of
+    its sentence, the rest untouched."""
+    text = text.replace("’", "'")
+    if _EMOJI.search(text):
+        text = _EMOJI.sub(_emoji_as_punctuation, text).strip()
+    return _CHAT_WORD.sub(lambda match: _CHAT_WORDS[match[0].lower()], text)
+
+
+_SENTENCE_START = re.compile(
+    r"(?:what|when|where|which|who|how|why|can|could|do|does|did|is|are|should|will|would|may|i|i'm|im|my|we"
+    r"|please|pls|any|anyone|also|help|need)\b",
+    re.I,
+)
+
+
+def _emoji_as_punctuation(match: re.Match[str]) -> str:
+    before, after = match.string[: match.start()].rstrip(), match.string[match.end() :].strip()
+    if not before or not after:
+        return ""  # opening or closing the message: nothing to read
+    if not _SENTENCE_START.match(after):
+        return match.group()
+    return "" if before[-1] in ".!?,;:" else "."
 
 
 def content_words(text: str) -> set[str]:

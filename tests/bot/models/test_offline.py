@@ -565,6 +565,12 @@ def test_a_short_word_ending_in_ly_is_kept_whole(word: str) -> None:
         ("how much heads up do i give? a heads-up by email?", "how much notice do i give? a notice by email?"),
         ("do U.S. R&D staff get it?", "do U.S. R&D staff get it?"),  # a letter inside a name is no shorthand
         ("is the u-turn on and/or off?", "is the u-turn on and/or off?"),
+        # an emoji before a new sentence ends the one before; elsewhere it may be what is asked about
+        ("typed my password on a fake page 😬 what do i do?", "typed my password on a fake page. what do i do?"),
+        ("lost my badge :sob: can someone help", "lost my badge. can someone help"),
+        ("👋 is the office open? 🎄", "is the office open?"),
+        ("reacting 👍 vs ✅ in slack", "reacting 👍 vs ✅ in slack"),
+        ("meet at 10:30: ok", "meet at 10:30: ok"),  # a time is no :shortcode:
     ],
 )
 def test_chat_shorthand_is_written_out_and_names_are_left_alone(chat: str, written_out: str) -> None:

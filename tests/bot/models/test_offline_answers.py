@@ -176,6 +176,16 @@ async def test_what_now_after_a_problem_report_is_what_to_do_about_it(offline: P
     assert headings(outcome) == ["Lost or stolen devices"]
 
 
+async def test_an_emoji_between_the_report_and_the_question_parts_them(offline: PolicyPal) -> None:
+    """ "... 5 min ago 😬 what do i do?" is a report and a question, as with a full stop: read as one sentence,
+    its report words outweighed every passage and the answer was "not in the policy"."""
+    reply = await ask(offline, "i typed my password into a fake login page 5 min ago 😬 what do i do?", thread="emoji")
+
+    assert isinstance(reply.outcome, Pending)
+    assert "change your password" in reply.outcome.text.lower()
+    assert reply.outcome.action.arguments["category"] == "security_incident"
+
+
 async def test_a_question_about_a_policy_is_never_a_ticket(offline: PolicyPal) -> None:
     reply = await ask(offline, "is POL-SEC-004 about phishing?")
 
