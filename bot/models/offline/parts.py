@@ -14,6 +14,7 @@ from bot.models.offline.planning import (
     asks_for_ticket_about_earlier,
     clean_question,
     is_problem_clause,
+    is_problem_report,
     names_error_code,
     opens_like_question,
     split_question,
@@ -134,7 +135,7 @@ def _separate(cleaned: str) -> tuple[str, str]:
     """(the problem clauses, the rest of the message); a message that asks nothing is all problem."""
     clauses = [clause.strip(" ,.;-") for clause in _clauses(cleaned)]
     problems = [clause for clause in clauses if clause and is_problem_clause(clause)]
-    if not problems:
+    if not any(is_problem_report(clause) for clause in problems):  # "help me with my expense claim" reports nothing
         return "", cleaned
     rest = [clause for clause in clauses if clause and clause not in problems]
     if not any(_asks(clause) for clause in rest):

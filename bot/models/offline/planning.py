@@ -116,8 +116,32 @@ _URGENCY: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# "what can you do?", "help": a question about the assistant, which no policy answers (nor is it a knowledge gap)
+_ABOUT_ME = re.compile(
+    r"^(?:/?help(?: me)?|what (?:can|do) you do|what are you|who are you|how does this work|how do i use (?:you|this)"
+    r"|what can i ask(?: you)?|what do you know(?: about)?)[\s?!.]*$",
+    re.I,
+)
+# "quick q", "can I ask you something?": the question is still to come
+_ABOUT_TO_ASK = re.compile(
+    r"^(?:quick (?:q|question)|(?:i have|i've got|got) a (?:quick )?question"
+    r"|can i ask (?:you )?(?:something|a question)|question)[\s?!.:]*$",
+    re.I,
+)
+CAPABILITIES = (
+    "I answer questions about the company's policies (leave, expenses, travel, remote work, IT and security, and "
+    "more) from the policy documents, and say which section each answer comes from. Tell me about an IT problem "
+    "and I can raise a ticket once you confirm it. Say \"talk to the helpdesk\" to reach a person."
+)
+
+
 def small_talk(cleaned: str) -> str | None:
-    """The reply to a greeting, a thank-you or an empty message; None when the message asks something."""
+    """The reply to a greeting, a thank-you, a question about the assistant or an empty message; None when the
+    message asks something the policies may answer."""
+    if _ABOUT_ME.match(cleaned):
+        return CAPABILITIES
+    if _ABOUT_TO_ASK.match(cleaned):
+        return "Sure, what's your question?"
     if cleaned and not _SMALL_TALK.match(cleaned):
         return None
     if re.match(r"(?:thanks|thank you|thx|cheers)\b", cleaned, re.I):

@@ -17,7 +17,7 @@ from bot.models.offline.model import (
     OfflineModel,
 )
 from bot.models.offline.parts import plan_message
-from bot.models.offline.planning import split_question
+from bot.models.offline.planning import CAPABILITIES, split_question
 from bot.models.offline.scoring import Candidate, Scored
 from bot.models.offline.selection import chosen
 from bot.models.offline.units import Unit
@@ -311,6 +311,31 @@ async def test_a_message_too_short_to_search_asks_for_more(message: str) -> None
     reply = await ask([SYSTEM, {"role": "user", "content": message}])
 
     assert reply.tool_calls == () and reply.text == SAY_MORE
+
+
+@pytest.mark.parametrize(
+    ("message", "reply"),
+    [
+        ("what can you do?", CAPABILITIES),
+        ("help", CAPABILITIES),
+        ("Hi PolicyPal, quick q", "Sure, what's your question?"),
+        ("can I ask you something?", "Sure, what's your question?"),
+    ],
+)
+async def test_a_question_about_the_assistant_is_answered_not_searched(message: str, reply: str) -> None:
+    """No policy says what the assistant does: searched, it ended "not in the policy", a knowledge gap."""
+    answer = await ask([SYSTEM, {"role": "user", "content": message}])
+
+    assert answer.tool_calls == () and answer.text == reply
+
+
+async def test_asking_for_help_with_a_policy_task_is_no_ticket() -> None:
+    reply = await ask([SYSTEM, {"role": "user", "content": "help me with my expense claim"}])
+
+    assert [call.name for call in reply.tool_calls] == ["search_policies"]
+    assert "help me with my expense claim" in json.loads(reply.tool_calls[0].arguments)["query"].lower()
+    history = with_results("help me with my expense claim", reply, [{"results": [HOTEL]}])
+    assert (await ask(history)).tool_calls == ()  # answered from the results, no ticket beside
 
 
 async def test_policy_question_about_a_problem_searches_instead() -> None:
