@@ -22,7 +22,10 @@ from bot.tickets import (
 from bot.types import UserRef
 from tests.fakes.helpdesk_servers import FakeJira, FakeServiceNow, FakeWebhook, _respond, slow, stall, status
 
-FAST = HttpPolicy(timeout_s=0.3, attempts=3, backoff_s=0.01)
+# A fake that answers gets all the time a busy machine needs; one scripted to stall or answer late (3 s) misses
+# a timeout of 1 s by a margin load does not close.
+ANSWERS = HttpPolicy(timeout_s=10.0, attempts=3, backoff_s=0.01)
+TIMES_OUT = HttpPolicy(timeout_s=1.0, attempts=3, backoff_s=0.01)
 ALICE = UserRef("U_ALICE", "Alice", "alice@example.com")
 
 
@@ -37,8 +40,10 @@ def request(key: str = "pa_0123456789abcdef") -> TicketRequest:
     )
 
 
-def jira_client(jira: FakeJira, *, request_type: str = "25", token: str | None = None) -> JiraServiceDesk:
-    return JiraServiceDesk(jira.url, jira.email, token or jira.token, jira.desk, request_type, FAST)
+def jira_client(
+    jira: FakeJira, *, request_type: str = "25", token: str | None = None, policy: HttpPolicy = ANSWERS
+) -> JiraServiceDesk:
+    return JiraServiceDesk(jira.url, jira.email, token or jira.token, jira.desk, request_type, policy)
 
 
 # --- Jira Service Management ----------------------------------------------------------------------
@@ -101,20 +106,20 @@ async def test_jira_5xx_then_success_checks_for_the_request_then_creates_exactly
 
 async def test_jira_timeouts_end_in_an_unknown_outcome_after_every_attempt():
     async with FakeJira() as jira:
-        jira.script(stall(1), stall(1), stall(1))
-        client = jira_client(jira)
+        jira.script(stall(3), stall(3), stall(3))
+        client = jira_client(jira, policy=TIMES_OUT)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
     assert caught.value.kind == "unknown"  # it reached Jira, which never answered: the request may exist
-    assert "did not answer within 0.3 s" in str(caught.value)
+    assert "did not answer within 1 s" in str(caught.value)
     assert len(jira.to("POST")) == 3 and jira.created == []
 
 
 async def test_jira_retry_after_a_timeout_finds_the_request_instead_of_creating_a_second():
     async with FakeJira() as jira:
-        jira.script(slow(1.0))  # Jira creates the request but answers after our timeout
-        client = jira_client(jira)
+        jira.script(slow(3.0))  # Jira creates the request but answers after our timeout
+        client = jira_client(jira, policy=TIMES_OUT)
         ticket = await client.create(request())
         await client.aclose()
     assert ticket.id == "HELP-1"
@@ -127,7 +132,7 @@ async def test_jira_retry_after_a_timeout_finds_the_request_instead_of_creating_
 
 async def test_servicenow_creates_an_incident_with_basic_auth_and_the_table_api_fields():
     async with FakeServiceNow() as sn:
-        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=ANSWERS)
         ticket = await client.create(request())
         await client.aclose()
     (sent,) = sn.requests
@@ -145,7 +150,7 @@ async def test_servicenow_creates_an_incident_with_basic_auth_and_the_table_api_
 
 async def test_servicenow_accepts_an_oauth_bearer_token():
     async with FakeServiceNow(token="sn-oauth-token-abcdef") as sn:
-        client = ServiceNowIncidents(sn.url, token="sn-oauth-token-abcdef", policy=FAST)
+        client = ServiceNowIncidents(sn.url, token="sn-oauth-token-abcdef", policy=ANSWERS)
         ticket = await client.create(request())
         await client.aclose()
     assert sn.requests[0].headers["authorization"] == "Bearer sn-oauth-token-abcdef"
@@ -156,7 +161,7 @@ async def test_servicenow_4xx_quotes_its_error_message_and_detail():
     body = {"error": {"message": "Operation Failed", "detail": "Invalid category"}, "status": "failure"}
     async with FakeServiceNow() as sn:
         sn.script(status(403, body))
-        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=ANSWERS)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
@@ -166,7 +171,7 @@ async def test_servicenow_4xx_quotes_its_error_message_and_detail():
 
 async def test_servicenow_wrong_password_is_reported_as_such():
     async with FakeServiceNow() as sn:
-        client = ServiceNowIncidents(sn.url, user=sn.user, password="nope", policy=FAST)
+        client = ServiceNowIncidents(sn.url, user=sn.user, password="nope", policy=ANSWERS)
         with pytest.raises(TicketError, match="User Not Authenticated: Required to provide Auth information"):
             await client.create(request())
         await client.aclose()
@@ -175,7 +180,7 @@ async def test_servicenow_wrong_password_is_reported_as_such():
 async def test_servicenow_5xx_then_success_creates_one_incident():
     async with FakeServiceNow() as sn:
         sn.script(status(500, {"error": {"message": "Internal error"}, "status": "failure"}))
-        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=ANSWERS)
         ticket = await client.create(request())
         await client.aclose()
     methods = [r.method for r in sn.requests]
@@ -186,8 +191,8 @@ async def test_servicenow_5xx_then_success_creates_one_incident():
 
 async def test_servicenow_timeouts_end_in_an_unknown_outcome():
     async with FakeServiceNow() as sn:
-        sn.script(stall(1), stall(1), stall(1))
-        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        sn.script(stall(3), stall(3), stall(3))
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=TIMES_OUT)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
@@ -196,8 +201,8 @@ async def test_servicenow_timeouts_end_in_an_unknown_outcome():
 
 async def test_servicenow_retry_after_a_timeout_finds_the_incident_by_correlation_id():
     async with FakeServiceNow() as sn:
-        sn.script(slow(1.0))
-        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=FAST)
+        sn.script(slow(3.0))
+        client = ServiceNowIncidents(sn.url, user=sn.user, password=sn.password, policy=TIMES_OUT)
         ticket = await client.create(request())
         await client.aclose()
     assert len(sn.to("POST")) == 1 and len(sn.incidents) == 1
@@ -209,7 +214,7 @@ async def test_servicenow_retry_after_a_timeout_finds_the_incident_by_correlatio
 
 async def test_webhook_posts_a_signed_body_with_the_idempotency_key():
     async with FakeWebhook() as hook:
-        client = WebhookTickets(f"{hook.url}/tickets", hook.secret, FAST)
+        client = WebhookTickets(f"{hook.url}/tickets", hook.secret, ANSWERS)
         ticket = await client.create(request())
         await client.aclose()
     (sent,) = hook.requests
@@ -223,7 +228,7 @@ async def test_webhook_posts_a_signed_body_with_the_idempotency_key():
 
 async def test_webhook_with_the_wrong_secret_is_refused():
     async with FakeWebhook() as hook:
-        client = WebhookTickets(hook.url, "not-the-secret", FAST)
+        client = WebhookTickets(hook.url, "not-the-secret", ANSWERS)
         with pytest.raises(TicketError, match=r"refused our credentials \(401\): bad signature"):
             await client.create(request())
         await client.aclose()
@@ -232,7 +237,7 @@ async def test_webhook_with_the_wrong_secret_is_refused():
 async def test_webhook_4xx_quotes_the_receivers_error():
     async with FakeWebhook() as hook:
         hook.script(status(422, {"error": "summary must not mention passwords"}))
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        client = WebhookTickets(hook.url, hook.secret, ANSWERS)
         with pytest.raises(TicketError, match=r"rejected the request \(422\): summary must not mention passwords"):
             await client.create(request())
         await client.aclose()
@@ -241,7 +246,7 @@ async def test_webhook_4xx_quotes_the_receivers_error():
 async def test_webhook_5xx_then_success():
     async with FakeWebhook() as hook:
         hook.script(status(502, "Bad Gateway"))
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        client = WebhookTickets(hook.url, hook.secret, ANSWERS)
         ticket = await client.create(request())
         await client.aclose()
     assert ticket.id == "WH-1" and len(hook.requests) == 2
@@ -249,8 +254,8 @@ async def test_webhook_5xx_then_success():
 
 async def test_webhook_timeout_is_an_unknown_outcome():
     async with FakeWebhook() as hook:
-        hook.script(stall(1), stall(1), stall(1))
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        hook.script(stall(3), stall(3), stall(3))
+        client = WebhookTickets(hook.url, hook.secret, TIMES_OUT)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
@@ -260,7 +265,7 @@ async def test_webhook_timeout_is_an_unknown_outcome():
 async def test_a_webhook_whose_own_server_keeps_failing_is_unknown_one_nobody_reached_is_unavailable():
     async with FakeWebhook() as hook:
         hook.script(*[status(500, "Internal Server Error")] * 3)  # it got the request: it may have acted
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        client = WebhookTickets(hook.url, hook.secret, ANSWERS)
         with pytest.raises(TicketError) as server_error:
             await client.create(request())
         await client.aclose()
@@ -274,8 +279,8 @@ async def test_a_webhook_whose_own_server_keeps_failing_is_unknown_one_nobody_re
 
 async def test_webhook_retry_after_a_timeout_resends_the_same_key_and_the_receiver_dedupes():
     async with FakeWebhook() as hook:
-        hook.script(slow(1.0))
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        hook.script(slow(3.0))
+        client = WebhookTickets(hook.url, hook.secret, TIMES_OUT)
         ticket = await client.create(request())
         await client.aclose()
     keys = [r.headers["idempotency-key"] for r in hook.requests]
@@ -321,7 +326,7 @@ async def test_an_incomplete_backend_configuration_is_refused_at_start(store):
 async def test_a_webhook_2xx_without_a_usable_id_is_unknown_never_not_created(answer):
     async with FakeWebhook() as hook:
         hook.script(answer)
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        client = WebhookTickets(hook.url, hook.secret, ANSWERS)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
@@ -346,7 +351,7 @@ async def test_a_jira_2xx_without_an_issue_key_is_unknown():
 async def test_a_webhook_ticket_link_that_is_not_a_plain_web_address_is_dropped_not_shown(url):
     async with FakeWebhook() as hook:
         hook.script(status(201, {"id": "WH-7", "url": url}))
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        client = WebhookTickets(hook.url, hook.secret, ANSWERS)
         ticket = await client.create(request())
         await client.aclose()
     assert (ticket.id, ticket.url) == ("WH-7", None)
@@ -355,7 +360,7 @@ async def test_a_webhook_ticket_link_that_is_not_a_plain_web_address_is_dropped_
 async def test_a_webhook_may_answer_a_numeric_id():
     async with FakeWebhook() as hook:
         hook.script(status(201, {"ticket_id": 4711, "url": "https://desk.example.com/t/4711"}))
-        client = WebhookTickets(hook.url, hook.secret, FAST)
+        client = WebhookTickets(hook.url, hook.secret, ANSWERS)
         ticket = await client.create(request())
         await client.aclose()
     assert (ticket.id, ticket.url) == ("4711", "https://desk.example.com/t/4711")
@@ -379,8 +384,8 @@ class JiraWhoseSearchFails(FakeJira):
 )
 async def test_jira_after_a_timeout_does_not_create_again_when_it_cannot_check(code, answer):
     async with JiraWhoseSearchFails(code, answer) as jira:
-        jira.script(slow(1.0))  # the request is created; the answer comes after our timeout
-        client = jira_client(jira)
+        jira.script(slow(3.0))  # the request is created; the answer comes after our timeout
+        client = jira_client(jira, policy=TIMES_OUT)
         with pytest.raises(TicketError) as caught:
             await client.create(request())
         await client.aclose()
