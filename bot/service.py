@@ -354,7 +354,7 @@ class PolicyPal:
                 )
             private_runs.append(sent)
         reply = replace(reply, outcome=outcome)
-        # Thread history keeps questions and final answers only (tool traffic lives in the trace), on
+        # Thread history keeps questions and what the user was shown (tool traffic lives in the trace), on
         # the run's own row: one INSERT, never a read-modify-write, so concurrent runs all stay.
         run = replace(run, exchange=self._exchange(state, outcome.text, asked=not resumed))
         posts = [*also, *reply_posts(reply, where, _item()), *private_posts]

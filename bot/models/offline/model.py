@@ -139,9 +139,8 @@ def _plan(question: str, plan: Plan, offered: set[str], *, salt: int) -> tuple[s
         return TICKET_PROPOSAL, (_tool_call(0, TICKET_TOOL, ticket_arguments(told, plan.problem), salt),)
     if SEARCH_TOOL not in offered:
         return "I can't search the policy documents right now, so I can't answer that reliably.", ()
-    searchable = (query for query in _searches(plan.parts or (Part(cleaned),)))
-    queries = [query for query in searchable if len(re.findall(r"\w", query)) >= MIN_QUERY]
-    if not queries:  # "y", "?!": nothing to look up
+    queries = [query for query in _searches(plan.parts or (Part(cleaned),)) if _searchable(query)]
+    if not queries:
         return SAY_MORE, ()
     calls = (_tool_call(n, SEARCH_TOOL, {"query": query}, salt) for n, query in enumerate(queries))
     return None, tuple(calls)
@@ -154,6 +153,11 @@ def _searches(parts: Sequence[Part]) -> list[str]:
     if len(queries) > MAX_SEARCHES:
         queries = list(dict.fromkeys(part.queries[-1] for part in parts))
     return queries[:MAX_SEARCHES]
+
+
+def _searchable(query: str) -> bool:
+    """At least as many letters or digits as the search tool takes: "y" or "?!" has nothing to look up."""
+    return len(re.findall(r"\w", query)) >= MIN_QUERY
 
 
 def _cites_in(answer: str) -> str:
