@@ -215,10 +215,34 @@ _CONTENT_QUESTION = re.compile(
 )
 
 
+# The answers' own offer is "I'll pass your question on": "yes please pass it on", "send it to the helpdesk",
+# "escalate this" take it up. "How do I send it to the helpdesk?" asks how, so it is not one.
+_OUR_QUESTION = r"(?:it|this|that|my question|the question)"
+_A_PERSON = r"(?:the\s+)?(?:helpdesk|help desk|service desk|a human|a person|someone|support)"
+_PASS_ON = re.compile(
+    rf"\b(?:pass|send|forward|hand|give|escalate)\s+{_OUR_QUESTION}(?:\s+(?:on|over|up))?(?:\s+to\s+{_A_PERSON})?"
+    r"(?=\s*(?:please|pls|thanks|thank you)?\s*[.!?]*\s*$)"  # "pass it on", at the end of its sentence
+    rf"|\b(?:pass|send|forward|hand|escalate)\s+(?:{_OUR_QUESTION}\s+)?(?:(?:on|over)\s+)?to\s+{_A_PERSON}\b"
+    r"|^\W*(?:please\s+)?escalate\b",
+    re.I,
+)
+_ASKS_HOW = re.compile(
+    r"^\W*(?:how|where|when|why|what|which|who|(?:do|does|should|must|can|could|shall|would)\s+(?:i|we))\b", re.I
+)
+
+
+def _takes_up_the_offer(text: str) -> bool:
+    """A sentence that asks for the question to be passed on, not one that asks how to pass something on."""
+    sentences = re.split(r"(?<=[.?!])\s+", text)
+    return any(_PASS_ON.search(sentence) and not _ASKS_HOW.match(sentence) for sentence in sentences)
+
+
 def asks_for_human(text: str) -> bool:
     """A message that asks for a person ("I want a human", "talk to someone"), not a policy question, even one
     that asks whether to talk to someone ("do I need to talk to someone in finance?") or who to talk to."""
     asked = _PROCESS_QUESTION.sub(" ", text)
+    if _takes_up_the_offer(asked):
+        return True
     if not _HUMAN.search(asked):
         return False
     if _HUMAN.search(_VAGUE_PERSON.sub(" ", asked)):

@@ -143,6 +143,11 @@ def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
         "hey are you there? pls let me speak to someone",
         "Do I need to talk to someone in HR? I need to talk to someone",
         "I need to talk to someone re. my contract?",
+        # taking up the answers' own offer ("I'll pass your question on")
+        "yes please pass it on",
+        "ok, send it to the helpdesk",
+        "please escalate this",
+        "can you pass my question on to a person?",
     ):
         assert asks_for_human(text), text
     for text in (
@@ -157,6 +162,11 @@ def test_requests_for_a_person_are_recognised_and_policy_questions_are_not():
         "who's the people partner for engineering? need to talk to someone about a thing on my team",
         "I need to talk to someone about my team. Who is the people partner for engineering?",
         "Who raises hardware tickets?\nhelpdesk",  # a word alone on a line of a longer message is no request
+        "how do I send it to the helpdesk?",
+        "do I send it to the helpdesk or to my manager?",
+        "can I send my laptop to the service desk?",
+        "the policy says to pass it on to your manager",
+        "what is the escalation process for incidents?",
     ):
         assert not asks_for_human(text), text
 
