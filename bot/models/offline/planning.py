@@ -128,6 +128,15 @@ _ABOUT_TO_ASK = re.compile(
     r"|can i ask (?:you )?(?:something|a question)|question)[\s?!.:]*$",
     re.I,
 )
+# "thanks, that helps", "ok got it", "perfect, thank you!": the end of an exchange, nothing to look up
+_CLOSING = re.compile(
+    r"^(?:(?:thanks|thank\s*(?:you|u)|so much|ty|thx|cheers|much appreciated|appreciate it|ok(?:ay)?|got it|great"
+    r"|perfect|awesome|cool|nice|brilliant|super|that helps|that helped|(?:very )?helpful|that answers it|all good"
+    r"|no|nope|that'?s all|that is all|nothing else|sounds good|will do|noted|understood|bye|see you"
+    r"|have a (?:good|nice) (?:day|one))(?:[\s,.!]+|$))+$",
+    re.I,
+)
+_THANKED = re.compile(r"\b(?:thanks|thank\s*(?:you|u)|ty|thx|cheers|appreciate[d]?|helps|helped|helpful)\b", re.I)
 CAPABILITIES = (
     "I answer questions about the company's policies (leave, expenses, travel, remote work, IT and security, and "
     "more) from the policy documents, and say which section each answer comes from. Tell me about an IT problem "
@@ -142,11 +151,20 @@ def small_talk(cleaned: str) -> str | None:
         return CAPABILITIES
     if _ABOUT_TO_ASK.match(cleaned):
         return "Sure, what's your question?"
+    if _CLOSING.match(cleaned) or _only_symbols(cleaned):  # "👍" after an answer
+        if _THANKED.search(cleaned):
+            return "You're welcome! Ask me anything else about our policies."
+        return "Glad that helped. Ask me anything else about our policies."
     if cleaned and not _SMALL_TALK.match(cleaned):
         return None
     if re.match(r"(?:thanks|thank you|thx|cheers)\b", cleaned, re.I):
         return "You're welcome! Ask me anything else about our policies."
     return "Hello! Ask me anything about our company policies, or tell me about an IT problem."
+
+
+def _only_symbols(text: str) -> bool:
+    """Emoji or other symbols and nothing to read ("👍", "🙏"): punctuation alone ("?!") is not one."""
+    return bool(text) and not re.search(r"[^\W_]", text) and any(ord(char) > 0x2000 for char in text)
 
 
 def clean_question(text: str) -> str:

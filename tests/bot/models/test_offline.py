@@ -329,6 +329,23 @@ async def test_a_question_about_the_assistant_is_answered_not_searched(message: 
     assert answer.tool_calls == () and answer.text == reply
 
 
+@pytest.mark.parametrize(
+    ("message", "reply"),
+    [
+        ("thanks, that helps", "You're welcome!"),
+        ("ty", "You're welcome!"),
+        ("ok got it", "Glad that helped."),
+        ("nope, all good", "Glad that helped."),
+        ("👍", "Glad that helped."),
+    ],
+)
+async def test_the_end_of_an_exchange_is_acknowledged_not_searched(message: str, reply: str) -> None:
+    """Searched, "thanks, that helps" ended "not in the policy" and counted as a knowledge gap."""
+    answer = await ask([SYSTEM, {"role": "user", "content": message}])
+
+    assert answer.tool_calls == () and (answer.text or "").startswith(reply)
+
+
 async def test_asking_for_help_with_a_policy_task_is_no_ticket() -> None:
     reply = await ask([SYSTEM, {"role": "user", "content": "help me with my expense claim"}])
 
