@@ -18,6 +18,8 @@ from bot.models.offline.text import error_codes, shorten
 from bot.models.offline.units import cite_of, passage_units
 from bot.policy_tools import ticket_result_text
 
+REFERENCED_UNITS = 8  # of a section another quoted sentence points to: its steps, not the whole of a long page
+_SECTION_NAMED = re.compile(r"[\"“]([^\"“”\n]{4,80})[\"”]")
 HELPDESK_OFFER = 'If you need a person, say "talk to the helpdesk" and I\'ll pass your question on.'
 REPEAT_CHARS = 40  # a shorter unit ("Click Submit.") may well occur inside another without repeating it
 NOT_IN_POLICY = (
@@ -146,9 +148,25 @@ def _part_answer(
         fresh = [s for s in fresh if s.meaning >= SELF_HELP_MEANING] or fresh[:1]
     # all of it quoted for another part already: its best sentence alone says which part of that answers this
     picked = chosen(fresh, error_codes(part.query), more) if fresh else [ranked[0].candidate]
+    picked += _referenced(picked, candidates)
     reading.quoted.update(_key(candidate) for candidate in picked)
     body = _with_cites(picked)
     return f"**{_label(part.focus)}** {body}" if label else body
+
+
+def _referenced(picked: Sequence[Candidate], candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The units of a section a picked unit sends the reader to, when the search found it ("Follow the steps in
+    "Renewing an expired certificate" below"): without them the answer stops at the pointer."""
+    named = {name.casefold() for candidate in picked for name in _SECTION_NAMED.findall(candidate.unit.text)}
+    cited = {candidate.cite for candidate in picked}
+    found: list[Candidate] = []
+    for candidate in candidates:
+        if candidate.heading.casefold() not in named or candidate.cite in cited:
+            continue
+        text = _letters(candidate.unit.text)
+        if not any(overlapping(text, _letters(taken.unit.text)) for taken in found):  # a list and its items
+            found.append(candidate)
+    return found[:REFERENCED_UNITS]
 
 
 def _key(candidate: Candidate) -> tuple[str, str]:

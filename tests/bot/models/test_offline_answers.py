@@ -86,10 +86,24 @@ async def test_an_error_code_is_answered_with_its_own_row_not_the_rows_like_it(o
 
     assert outcome.text.startswith("NG-412: Message: Certificate expired;")
     assert "NG-809" not in outcome.text
-    assert headings(outcome) == ["Troubleshooting › Common error codes"]  # not its parent section as well
+    assert headings(outcome)[0] == "Troubleshooting › Common error codes"
+    assert "Troubleshooting" not in headings(outcome)  # not its parent section as well
 
     both = await answer(offline, "what do NG-412 and NG-809 mean?", thread="both")
     assert "NG-412: Message: Certificate expired" in both.text and "NG-809: Message: Tunnel" in both.text
+
+
+async def test_a_quoted_sentence_that_points_to_a_section_brings_the_section_along(offline: PolicyPal) -> None:
+    """NG-412's row says 'Follow the steps in "Renewing an expired certificate" below': the answer (the README's
+    first command) stopped at the pointer, although the search had found the steps."""
+    outcome = await answer(offline, "What does VPN error NG-412 mean?", thread="steps")
+
+    assert headings(outcome) == [
+        "Troubleshooting › Common error codes",
+        "Troubleshooting › Renewing an expired certificate",
+    ]
+    assert "choose Renew certificate" in outcome.text
+    assert outcome.text.count("Restart the laptop and connect to NorthGate again") == 1  # a list or its items
 
 
 async def test_each_part_of_a_multi_part_question_gets_its_own_answer(offline: PolicyPal) -> None:
