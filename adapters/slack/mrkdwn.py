@@ -11,6 +11,7 @@ Tables are not parsed: their lines pass through as text, which reads as well in 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
+
+log = logging.getLogger(__name__)
 
 # A bare URL, without the punctuation or emphasis markers that may close a sentence or a span after it.
 _BARE_URL = re.compile(r"(?:https?://|mailto:)[^\s<>\x00]*[^\s<>\x00*_~.,:;!?'\"]")
@@ -59,6 +62,7 @@ def to_mrkdwn(markdown: str) -> str:
     try:
         text = _blocks(SyntaxTreeNode(_PARSER.parse(markdown, env)).children)
     except RecursionError:  # nested deeper than a tree can be built: shown as written rather than not at all
+        log.warning("Markdown nested too deep to convert (%d characters): sent as plain text", len(markdown))
         return escape(markdown.strip())
     return text + _unused_references(env, text)
 

@@ -152,14 +152,15 @@ def small_talk(cleaned: str) -> str | None:
     if _ABOUT_TO_ASK.match(cleaned):
         return "Sure, what's your question?"
     if _CLOSING.match(cleaned) or _only_symbols(cleaned):  # "👍" after an answer
-        if _THANKED.search(cleaned):
-            return "You're welcome! Ask me anything else about our policies."
-        return "Glad that helped. Ask me anything else about our policies."
+        return _WELCOME if _THANKED.search(cleaned) else "Glad that helped. Ask me anything else about our policies."
     if cleaned and not _SMALL_TALK.match(cleaned):
         return None
-    if re.match(r"(?:thanks|thank you|thx|cheers)\b", cleaned, re.I):
-        return "You're welcome! Ask me anything else about our policies."
+    if _THANKED.match(cleaned):  # "thanks Anna"
+        return _WELCOME
     return "Hello! Ask me anything about our company policies, or tell me about an IT problem."
+
+
+_WELCOME = "You're welcome! Ask me anything else about our policies."
 
 
 def _only_symbols(text: str) -> bool:

@@ -141,3 +141,9 @@ def test_links_the_regexes_missed():
 )
 def test_nothing_the_model_wrote_is_lost_or_raises(markdown: str, kept: str):
     assert kept in to_mrkdwn(markdown)
+
+
+def test_markdown_too_deep_to_convert_is_sent_as_written_and_logged(caplog):
+    with caplog.at_level("WARNING", logger="adapters.slack.mrkdwn"):
+        assert to_mrkdwn("*" * 493 + "a" + "*" * 493) == "*" * 493 + "a" + "*" * 493
+    assert "nested too deep" in caplog.text
