@@ -19,9 +19,17 @@ STATE_VERSION = 1
 def cited_in(text: str, sources: Mapping[str, Citation]) -> tuple[Citation, ...]:
     """The sources a text names, in the order they were found. A cite counts where the text does not
     carry on deeper into its headings: "[Policy › Troubleshooting › Error codes]" cites the error
-    codes, not the parent section as well."""
-    cited = (c for cite, c in sources.items() if re.search(re.escape(cite) + r"(?!\s*›)", text))
+    codes, not the parent section as well. A document's opening passage has its title alone as its
+    cite, which counts only in a cite's brackets: an answer that mentions "the Acceptable Use Policy"
+    has not cited that document's first lines."""
+    cited = (c for cite, c in sources.items() if re.search(_cite_pattern(cite), text))
     return tuple(dict.fromkeys(cited))
+
+
+def _cite_pattern(cite: str) -> str:
+    if "›" in cite:
+        return re.escape(cite) + r"(?!\s*›)"
+    return r"(?<=[\[;,])\s*" + re.escape(cite) + r"\s*(?=[\];,])"  # [Title] or [A › B; Title]
 
 
 def call_key(tool_name: str, arguments: Mapping[str, Any]) -> str:

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from bot.agent import Spent
-from bot.agent.state import STATE_VERSION, PendingTurn, RunState, call_key
+from bot.agent.state import STATE_VERSION, PendingTurn, RunState, call_key, cited_in
 from bot.errors import StateVersionError
 from bot.types import Citation, UserRef
 
@@ -76,3 +76,31 @@ def test_restarting_a_run_that_waits_for_nothing_is_an_error():
     state.pending_turn = None
     with pytest.raises(ValueError, match="not waiting"):
         state.restart_from_decision(("all",), lambda source: True)
+
+
+SOURCES = {
+    "Acceptable Use Policy": Citation("Acceptable Use Policy", "", "https://intranet/aup"),
+    "Acceptable Use Policy › General principles": Citation("Acceptable Use Policy", "General principles", "x"),
+    "Security Incident Reporting Policy › Related policies": Citation(
+        "Security Incident Reporting Policy", "Related policies", "y"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "headings"),
+    [
+        # A document named in the answer's words is not its opening passage cited (it was listed as a source).
+        (
+            "See POL-IT-006 Acceptable Use Policy [Security Incident Reporting Policy › Related policies].",
+            ["Related policies"],
+        ),
+        ("Never share your credentials [Acceptable Use Policy › General principles].", ["General principles"]),
+        # The opening passage cited in brackets, alone or beside another cite, counts.
+        ("Scope: everyone [Acceptable Use Policy].", [""]),
+        ("Scope [Acceptable Use Policy › General principles; Acceptable Use Policy]", ["", "General principles"]),
+        ("Scope [ Acceptable Use Policy ]", [""]),
+    ],
+)
+def test_a_document_title_counts_as_a_cite_only_in_brackets(text, headings):
+    assert [c.heading for c in cited_in(text, SOURCES)] == headings
