@@ -86,7 +86,8 @@ def search_tool(searcher: Searcher, *, top_k: int = 5, sections: Sections | Sequ
         if offered:  # a guessed section would only be searched past, so the model is told the real ones
             properties["section"] = {
                 "type": "string",
-                "description": f"optional: only this policy section ({', '.join(offered)}), when the user names one",
+                "enum": list(offered),
+                "description": "optional: only this policy section, when the user names one",
             }
         elif named(None):  # sections exist, none of them readable here: the filter stays valid, unnamed
             properties["section"] = {"type": "string", "description": "optional: only this policy section"}

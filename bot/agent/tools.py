@@ -57,8 +57,9 @@ class Tool:
     def schema(self, groups: tuple[str, ...] | None = None) -> dict[str, Any]:
         """The schema offered to the model; with ``groups``, described for those readers only.
 
-        The parameters validated stay ``parameters``: only their descriptions may name what some
-        readers must not see (the search tool's section names).
+        The parameters validated stay ``parameters``: only what is offered may name what some readers
+        must not see (the search tool's section names, as the choices of its ``section``), so a name
+        guessed outside those choices still reaches the tool, which says which sections exist.
         """
         parameters = self.parameters_for(groups) if self.parameters_for and groups is not None else self.parameters
         return {

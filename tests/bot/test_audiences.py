@@ -445,3 +445,22 @@ async def test_when_the_join_log_cannot_be_read_no_cached_member_list_is_trusted
     assert await lists.of("C_HR", channel) == (HR_USER, HR_TOO, OUTSIDER)
     assert await lists.of("C_HR", channel) == (HR_USER, HR_TOO, OUTSIDER)
     assert channel.count == 3  # read afresh each time, and what was read is not kept unchecked
+
+
+async def test_what_the_offline_model_says_it_covers_names_only_sections_the_asker_may_read(
+    tmp_path: Path, index
+) -> None:
+    """The section list comes from the schema offered for this reader: an outsider never learns the HR one's name."""
+    from bot.config import Settings
+    from bot.wiring import open_service
+    from tests.bot.helpers import ask
+
+    svc = await open_service(Settings(_env_file=None, data_dir=tmp_path), searcher=index)  # type: ignore[call-arg]
+    try:
+        insider = await ask(svc, "what policies do you have?", user=HR_USER, thread="t1")
+        outsider = await ask(svc, "what policies do you have?", user=OUTSIDER, thread="t2")
+    finally:
+        await svc.close()
+    assert isinstance(insider.outcome, Answer) and isinstance(outsider.outcome, Answer)
+    assert insider.outcome.text.endswith(f"these sections: {SECRET_SECTION} and People.")
+    assert outsider.outcome.text.endswith("this section: People.")

@@ -45,7 +45,7 @@ async def test_the_model_is_offered_the_indexs_own_sections(tmp_path, fake_opena
         await ask(svc, "how many days of annual leave do I get")
     (search,) = [t for t in fake_openai.requests[0].tools if t["function"]["name"] == "search_policies"]
     section = search["function"]["parameters"]["properties"]["section"]
-    assert "(Facilities, Finance, IT, People, Security)" in section["description"]
+    assert section["enum"] == ["Facilities", "Finance", "IT", "People", "Security"]
 
 
 async def test_an_index_without_sections_offers_no_section_filter(tmp_path, fake_openai) -> None:

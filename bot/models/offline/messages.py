@@ -139,3 +139,13 @@ def content_text(content: Any) -> str:
 def tool_names(tools: Sequence[dict[str, Any]]) -> set[str]:
     """The names of the offered tools, whether given in the chat-completions wrapper or bare."""
     return {str((tool.get("function") or tool).get("name", "")) for tool in tools}
+
+
+def offered_sections(tools: Sequence[dict[str, Any]], name: str) -> list[str]:
+    """The sections the tool ``name`` lets a search be limited to: those the asker may read."""
+    for tool in tools:
+        function = tool.get("function") or tool
+        if function.get("name") == name:
+            section = ((function.get("parameters") or {}).get("properties") or {}).get("section") or {}
+            return [str(choice) for choice in section.get("enum") or ()]
+    return []

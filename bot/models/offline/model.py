@@ -23,6 +23,7 @@ from bot.models.offline.meaning import Embed, Meaning
 from bot.models.offline.messages import (
     current_turn,
     last_user_text,
+    offered_sections,
     previous_cites,
     previous_user_text,
     system_text,
@@ -91,7 +92,7 @@ def decide(
     plan = plan_message(question, previous_user_text(messages))
     turn = current_turn(messages)
     if not any(message.get("role") == "tool" for message in turn):
-        return _plan(question, plan, offered, salt=len(messages))
+        return _plan(question, plan, offered, offered_sections(tools, SEARCH_TOOL), salt=len(messages))
     results, cites = tool_results(turn), previous_cites(messages)
     answer = answer_from_results(results, plan.parts, meaning, cites, room)
     if plan.self_help and TICKET_TOOL in offered and answer.endswith(NOT_IN_POLICY):
@@ -127,11 +128,13 @@ def estimate_usage(
     return Usage(input_tokens=_tokens(prompt), output_tokens=_tokens(output))
 
 
-def _plan(question: str, plan: Plan, offered: set[str], *, salt: int) -> tuple[str | None, tuple[ToolCall, ...]]:
+def _plan(
+    question: str, plan: Plan, offered: set[str], sections: Sequence[str], *, salt: int
+) -> tuple[str | None, tuple[ToolCall, ...]]:
     """A new question: small talk is answered, a bare problem report proposes a ticket, the rest is searched
     (a problem report that also asks is searched first; its ticket is proposed with the answer)."""
     cleaned = clean_question(question)
-    reply = small_talk(cleaned)
+    reply = small_talk(cleaned, sections)
     if reply is not None:
         return reply, ()
     if plan.problem and TICKET_TOOL in offered and (not plan.parts or SEARCH_TOOL not in offered):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from bot.models.offline.text import content_words, error_codes, shorten, unique
 
@@ -119,7 +120,11 @@ _URGENCY: tuple[tuple[str, re.Pattern[str]], ...] = (
 # "what can you do?", "help": a question about the assistant, which no policy answers (nor is it a knowledge gap)
 _ABOUT_ME = re.compile(
     r"^(?:/?help(?: me)?|what (?:can|do) you do|what are you|who are you|how does this work|how do i use (?:you|this)"
-    r"|what can i ask(?: you)?|what do you know(?: about)?)[\s?!.]*$",
+    r"|what can i ask(?: you)?(?: about)?|what do you know(?: about)?"
+    r"|(?:what|which) (?:policies|policy documents|documents|docs|topics|sections|subjects) (?:do|can) you"
+    r" (?:have|know(?: about)?|cover|search|answer(?: questions)? (?:about|on)|help(?: me)? with)"
+    r"|(?:(?:can|could) you |please )?(?:list|show(?: me)?) (?:all )?(?:the |your )?"
+    r"(?:policies|policy documents|documents|sections|topics)(?: you (?:have|know|cover|search))?)[\s?!.]*$",
     re.I,
 )
 # "quick q", "can I ask you something?": the question is still to come
@@ -140,15 +145,16 @@ _THANKED = re.compile(r"\b(?:thanks|thank\s*(?:you|u)|ty|thx|cheers|appreciate[d
 CAPABILITIES = (
     "I answer questions about the company's policies (leave, expenses, travel, remote work, IT and security, and "
     "more) from the policy documents, and say which section each answer comes from. Tell me about an IT problem "
-    "and I can raise a ticket once you confirm it. Say \"talk to the helpdesk\" to reach a person."
+    'and I can raise a ticket once you confirm it. Say "talk to the helpdesk" to reach a person.'
 )
 
 
-def small_talk(cleaned: str) -> str | None:
+def small_talk(cleaned: str, sections: Sequence[str] = ()) -> str | None:
     """The reply to a greeting, a thank-you, a question about the assistant or an empty message; None when the
-    message asks something the policies may answer."""
+    message asks something the policies may answer. ``sections``: those the asker's documents are in, which
+    "what policies do you have?" is told."""
     if _ABOUT_ME.match(cleaned):
-        return CAPABILITIES
+        return f"{CAPABILITIES} {_covering(sections)}" if sections else CAPABILITIES
     if _ABOUT_TO_ASK.match(cleaned):
         return "Sure, what's your question?"
     if _CLOSING.match(cleaned) or _only_symbols(cleaned):  # "👍" after an answer
@@ -161,6 +167,12 @@ def small_talk(cleaned: str) -> str | None:
 
 
 _WELCOME = "You're welcome! Ask me anything else about our policies."
+
+
+def _covering(sections: Sequence[str]) -> str:
+    listed = sections[0] if len(sections) == 1 else f"{', '.join(sections[:-1])} and {sections[-1]}"
+    noun = "this section" if len(sections) == 1 else "these sections"
+    return f"The documents I can search for you are in {noun}: {listed}."
 
 
 def _only_symbols(text: str) -> bool:

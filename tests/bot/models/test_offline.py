@@ -329,6 +329,36 @@ async def test_a_question_about_the_assistant_is_answered_not_searched(message: 
     assert answer.tool_calls == () and answer.text == reply
 
 
+SECTIONED = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_policies",
+            "parameters": {"type": "object", "properties": {"section": {"type": "string", "enum": ["IT", "People"]}}},
+        },
+    },
+    TOOLS[1],
+]
+
+
+@pytest.mark.parametrize(
+    "message", ["what policies do you have?", "Which documents can you search?", "list all the policies", "help"]
+)
+async def test_asking_what_the_assistant_covers_names_the_sections_it_may_search(message: str) -> None:
+    """Searched, "what policies do you have?" quoted whichever passage mentioned policies."""
+    answer = await ask([SYSTEM, {"role": "user", "content": message}], SECTIONED)
+
+    assert answer.tool_calls == ()
+    assert answer.text == f"{CAPABILITIES} The documents I can search for you are in these sections: IT and People."
+
+
+@pytest.mark.parametrize("message", ["what policies do we have on remote work?", "show me the travel policy"])
+async def test_asking_for_one_policy_is_searched(message: str) -> None:
+    answer = await ask([SYSTEM, {"role": "user", "content": message}], SECTIONED)
+
+    assert [call.name for call in answer.tool_calls] == ["search_policies"]
+
+
 @pytest.mark.parametrize(
     ("message", "reply"),
     [
