@@ -64,9 +64,32 @@ _CHAT_WORDS = {
     "mtg": "meeting",
     "abt": "about",
     "govt": "government",
+    "wk": "week",
+    "wks": "weeks",
+    "tmrw": "tomorrow",
+    "eng": "engineer",
+    "engs": "engineers",
+    "dept": "department",
+    "mgmt": "management",
+    "env": "environment",
+    "db": "database",
+    "repo": "repository",
+    "msg": "message",
+    "convo": "conversation",
+    "appt": "appointment",
+    "insta": "Instagram",
+    "bf": "boyfriend",
+    "gf": "girlfriend",
     "heads up": "notice",
     "heads-up": "notice",
-    "chatgpt": "ChatGPT (a public AI chatbot)",  # what most people call any AI chat tool; policies say "AI tools"
+    "chatgpt": "ChatGPT (a public AI chatbot)",
+    # What chat calls paid time off and rides; policies say annual leave and taxi (as the search tool tells a model)
+    "vacation days": "vacation days (annual leave)",  # "on vacation" is no question about entitlement
+    "vacation time": "vacation time (annual leave)",
+    "pto": "PTO (paid time off, annual leave)",
+    "uber": "Uber (taxi or ride-hail)",
+    "lyft": "Lyft (taxi or ride-hail)",
+    "cab": "cab (taxi)",  # what most people call any AI chat tool; policies say "AI tools"
 }
 # A shorthand stands alone: "u" in "U.S.", "r" in "R&D" and "w/" in "a/w/b" are parts of names.
 _CHAT_WORD = re.compile(

@@ -643,6 +643,15 @@ def test_a_short_word_ending_in_ly_is_kept_whole(word: str) -> None:
         ("👋 is the office open? 🎄", "is the office open?"),
         ("reacting 👍 vs ✅ in slack", "reacting 👍 vs ✅ in slack"),
         ("meet at 10:30: ok", "meet at 10:30: ok"),  # a time is no :shortcode:
+        ("copy a prod db to my local env next wk?", "copy a prod database to my local environment next week?"),
+        ("error DB-12 in the ENG-7 repo", "error DB-12 in the ENG-7 repository"),  # a code keeps its letters
+        # what chat calls time off and rides, with the words policies use (as the search tool asks of a model)
+        (
+            "how many vacation days? any PTO left?",
+            "how many vacation days (annual leave)? any PTO (paid time off, annual leave) left?",
+        ),
+        ("can I take an uber?", "can I take an Uber (taxi or ride-hail)?"),
+        ("can I telework while on vacation?", "can I telework while on vacation?"),
     ],
 )
 def test_chat_shorthand_is_written_out_and_names_are_left_alone(chat: str, written_out: str) -> None:
@@ -660,7 +669,8 @@ def test_chat_shorthand_is_written_out_and_names_are_left_alone(chat: str, writt
         ),
         (
             "is there a cap on how many vacation days i can take? is there a minimum we're expected to take?",
-            "Is there a cap on how many vacation days i can take? Is there a minimum we're expected to take?",
+            "Is there a cap on how many vacation days (annual leave) i can take? "
+            "Is there a minimum we're expected to take?",
         ),
     ],
 )

@@ -65,6 +65,21 @@ async def test_new_starters_annual_leave_is_the_entitlement_not_the_carry_over(o
     assert headings(outcome) == ["Annual leave › Entitlement by length of service"]
 
 
+async def test_vacation_days_are_the_annual_leave_entitlement_not_public_holidays(offline: PolicyPal) -> None:
+    """Chat says vacation and PTO, the policy annual leave: searched as written, "vacation" found public holidays."""
+    outcome = await answer(offline, "how many vacation days do I get? I'm in Toronto")
+
+    assert "Less than 2 years: 23 days" in outcome.text
+    assert headings(outcome) == ["Annual leave › Entitlement by length of service"]
+
+
+async def test_an_uber_is_the_taxi_or_ride_hail_limit(offline: PolicyPal) -> None:
+    outcome = await answer(offline, "can I expense an uber to the airport")
+
+    assert "Taxi or ride-hail, per journey" in outcome.text and "€60" in outcome.text
+    assert headings(outcome) == ["Spending limits"]
+
+
 async def test_a_follow_up_continues_the_entitlement_it_follows(offline: PolicyPal) -> None:
     await answer(offline, "How many days of annual leave do new starters get?", thread="leave")
 
