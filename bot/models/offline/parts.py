@@ -177,7 +177,9 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
     if len(drafts) == 1 and previous and _follows_up(drafts[0].focus):
         last = clean_question(normalise_chat(previous)).rstrip(" .?!") + "?"
         draft = drafts[0]
-        return [Part(draft.focus, _joined([last, *draft.before]), aside=_joined(draft.after), follows=True)]
+        own = _topic_of_its_own(draft.focus)  # a new topic: the sections just cited are no likelier answers
+        context = _joined([last, *draft.before])
+        return [Part(draft.focus, context, also_alone=own, aside=_joined(draft.after), follows=not own)]
     parts: list[Part] = []
     situation = _joined(drafts[0].before)  # told before the first question: what the whole message is about
     for index, draft in enumerate(drafts):
@@ -245,6 +247,17 @@ def _joined(context: list[str]) -> str:
     items = [item for item in context if item]
     closed = [item if item.endswith(("?", ".", "!")) else f"{item}." for item in items[:-1]]
     return " ".join([*closed, *items[-1:]])
+
+
+def _topic_of_its_own(question: str) -> bool:
+    """ "How do I book a desk there?" after "office hours in Lisbon?": it names what it asks about and points
+    back only to a place, so it is searched alone as well and read by its own meaning (read with the question
+    before it, the opening hours were its answer). "Is that paid?" and "and after 5 years?" are not."""
+    if _FOLLOW_UP_OPENER.match(question) or not re.search(r"\bthere\b", question, re.I):
+        return False
+    if _BACK_REFERENCE.search(re.sub(r"\bthere\b", " ", question, flags=re.I)):
+        return False
+    return len(content_words(question) - GENERIC_STEMS - _NO_TOPIC_STEMS) >= 2
 
 
 def _follows_up(question: str) -> bool:

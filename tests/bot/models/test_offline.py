@@ -661,6 +661,24 @@ def test_chat_shorthand_is_written_out_and_names_are_left_alone(chat: str, writt
 
 
 @pytest.mark.parametrize(
+    ("follow_up", "own_topic"),
+    [
+        ("how do I book a desk there", True),  # a topic of its own, "there" the place asked about before
+        ("are there lockers and showers there?", True),
+        ("is that paid?", False),  # what "that" names is the topic
+        ("and after 5 years?", False),
+        ("what about the per diem there?", False),  # "what about" continues the question before
+        ("how long till it unlocks there?", False),
+    ],
+)
+def test_a_follow_up_naming_its_own_topic_is_read_on_it(follow_up: str, own_topic: bool) -> None:
+    (part,) = plan_message(follow_up, "what are the office opening hours in Lisbon?").parts
+
+    assert part.context == "what are the office opening hours in Lisbon?"
+    assert (part.also_alone, part.follows) == (own_topic, not own_topic)
+
+
+@pytest.mark.parametrize(
     ("message", "second_query"),
     [
         (

@@ -89,6 +89,18 @@ async def test_a_follow_up_continues_the_entitlement_it_follows(offline: PolicyP
     assert "carr" not in outcome.text.lower()
 
 
+async def test_a_follow_up_with_a_topic_of_its_own_is_answered_on_it(offline: PolicyPal) -> None:
+    """ "How do I book a desk there?" after "what about in Lisbon?" asks about desk booking in Lisbon: read with
+    the question before it only, the IT service desk's hours led the answer."""
+    await answer(offline, "what are the office opening hours in Lisbon?", thread="desk")
+
+    outcome = await answer(offline, "how do I book a desk there", thread="desk")
+
+    assert "Book a desk through DeskBook" in outcome.text
+    assert "Desk booking › Booking a desk with DeskBook" in headings(outcome)
+    assert "Service desk hours" not in headings(outcome), outcome.text  # the last answer's IT desk hours
+
+
 async def test_an_error_code_is_answered_with_its_whole_table_row(offline: PolicyPal) -> None:
     outcome = await answer(offline, "what does NG-809 mean")
 
