@@ -59,7 +59,8 @@ async def run_eval(
         tasks = load_tasks(options.tasks)
         earlier = load_report(options.compare) if options.compare else None
     except TaskFileError as exc:
-        err.write(f"policypal eval: the task file cannot be used ({len(exc.problems)} problems):\n  ")
+        count = len(exc.problems)
+        err.write(f"policypal eval: the task file cannot be used ({count} problem{'' if count == 1 else 's'}):\n  ")
         err.write("\n  ".join(exc.problems) + "\n")
         return 2
     except ReportFileError as exc:

@@ -49,6 +49,10 @@ def test_a_bad_task_file_exits_2_naming_each_line_and_key_before_anything_runs(
     assert f"{tasks} line 2: expect: required" in err and f"{tasks} line 4: expect.site: unknown key" in err
     assert not (tmp_path / "data").exists()  # nothing ran: no index built, no database opened
 
+    tasks.write_text("not json\n")
+    assert main(["eval", str(tasks)]) == 2
+    assert "the task file cannot be used (1 problem):" in capsys.readouterr().err
+
 
 def test_an_unusable_compare_report_exits_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
