@@ -59,13 +59,14 @@ def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> b
 def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meaning, *, strong: bool) -> bool:
     """A word the question is about (leaving it out changes what it means) that no candidate says, in
     its own words or in a word close in meaning; "cap" and "maximum" ask for a figure, they name no
-    subject. Next to a ``strong`` best candidate, a word said in other words ("VA": "veterans") is not
-    counted among those missing all at once: one word's closest neighbour is weak evidence ("sports":
-    "teams"), unless the best candidate is on the point."""
+    subject, nor does a figure. Next to a ``strong`` best candidate, a word said in other words ("VA":
+    "veterans") is not counted among those missing all at once: one word's closest neighbour is weak
+    evidence ("sports": "teams"), unless the best candidate is on the point."""
     held = set().union(*(_tokens(candidate) for candidate in candidates))
     stems = {stem(word) for word in held}
     asked = f"{part.focus} {part.context}" if _asks_about_context(part) else part.focus
-    absent = {w for w in content_tokens(ASKING.sub(" ", asked)) - GENERIC - AMOUNT_WORDS if stem(w) not in stems}
+    asked_words = content_tokens(ASKING.sub(" ", asked)) - GENERIC - AMOUNT_WORDS
+    absent = {word for word in asked_words if stem(word) not in stems and not _number(word)}
     if any(_STATES_PAYMENT.search(f"{c.unit.text} {c.unit.columns}") for c in candidates):
         absent = {word for word in absent if stem(word) not in _PAYING_STEMS}
     vocabulary = sorted(held - GENERIC)
@@ -77,6 +78,11 @@ def _missing_subject(part: Part, candidates: Sequence[Candidate], meaning: Meani
     unsaid = {word for word in absent if not said((word,))} if strong else absent
     runs = _absent_runs(asked, absent, unsaid)
     return any(_weight_in(asked, words, meaning) >= SUBJECT and not said(words) for words in runs)
+
+
+def _number(word: str) -> bool:
+    """ "2" in "for 2 weeks" says how much of something, not what: no policy names every figure it allows."""
+    return bool(re.fullmatch(r"\d+(?:[.,]\d+)?", word))
 
 
 def _asks_about_context(part: Part) -> bool:

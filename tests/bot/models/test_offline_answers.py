@@ -101,6 +101,15 @@ async def test_a_follow_up_with_a_topic_of_its_own_is_answered_on_it(offline: Po
     assert "Service desk hours" not in headings(outcome), outcome.text  # the last answer's IT desk hours
 
 
+async def test_a_number_in_the_question_is_no_subject_the_policy_must_name(offline: PolicyPal) -> None:
+    """ "Spain" is said otherwise (another country) and "2" is how long: together they were counted as a
+    subject no passage names, and working from abroad for two weeks was "not in the policy"."""
+    outcome = await answer(offline, "can I work from Spain for 2 weeks in August?")
+
+    assert "Working from abroad" in headings(outcome)
+    assert "10 consecutive working days" in outcome.text
+
+
 async def test_an_error_code_is_answered_with_its_whole_table_row(offline: PolicyPal) -> None:
     outcome = await answer(offline, "what does NG-809 mean")
 
