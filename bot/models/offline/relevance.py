@@ -45,8 +45,8 @@ _STATES_PAYMENT = re.compile(
 def relevant(part: Part, ranked: Sequence[Scored], meaning: Meaning | None) -> bool:
     """Whether the best of ``ranked`` answers the part; without an embedding model, any shared word does."""
     best = ranked[0]
-    if part.self_help and meaning is not None and best.meaning < SELF_HELP_MEANING:
-        return False
+    if part.self_help and meaning is not None and max(s.meaning for s in ranked) < SELF_HELP_MEANING:
+        return False  # (the best to quote may be a step less alike in words than the problem restated)
     if meaning is None:
         return best.words > 0
     if best.score < MIN_SCORE or (best.meaning < MIN_MEANING and best.words < MIN_WORDS):

@@ -5,7 +5,8 @@ more than its context's, a row holds its column names, the headings above it cou
 meaning: the best cosine of the bundled sentence embedding between the question and the unit read
 alone, under its heading, or, for a row, under its value columns ("Annual leave days per year: Less
 than 2 years: 23 days"). The search's own score and rank weigh in; a question asking "how long" or
-"how many" discounts candidates that state no number.
+"how many" discounts candidates that state no number, and a problem report ("my laptop was stolen")
+candidates that repeat its words and give nothing to do.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ WORDS_WEIGHT = 0.5  # shared words (0-1, share of the question's weight found) a
 CONTEXT_WEIGHT = 0.5  # a context word counts this much of a question word
 HEADING_WEIGHT = 0.5  # a word in the headings above a candidate counts this much of one in it
 NO_AMOUNT = 0.6  # "how long must it be?": a candidate stating no number or duration rarely answers it
+NO_STEP = 0.6  # "my laptop was stolen": a candidate in its words saying nothing to do only restates the problem
+RESTATES = 0.3  # ... holding this share of the problem's word weight (a cause in other words still helps)
 RANK_DISCOUNT = 0.05  # per place a passage stands below the search's best
 FOLLOW_UP = 1.15  # a follow-up's candidate from a section the previous answer cited
 GENERIC_WEIGHT = 0.5  # "new" in "new starters" matched by "new year" is weak evidence
@@ -48,6 +51,17 @@ _ANSWER_WORDS = tuple(
         (r"\bhow often\b", "every frequency"),
         (r"\bhow (?:fast|quickly|soon)\b|\bwhen\b|\bby when\b", "within time date"),
     )
+)
+# Something to do: an instruction opening the sentence or a clause ("If it was stolen, report the theft ...",
+# "Speed matters: report it ..."), or what the reader must or should do.
+_INSTRUCTS = re.compile(
+    r"(?:^|[,:;]\s+)(?:please\s+|then\s+|also\s+|first,?\s+)?(?:do not\s+|don't\s+|never\s+|always\s+)?"
+    r"(?:report|call|raise|contact|tell|email|phone|sign|choose|select|click|tap|restart|reboot|try|turn|open|go"
+    r"|use|check|follow|change|reset|ask|submit|send|return|bring|lock|make sure|ensure|visit|log|install|update"
+    r"|disconnect|reconnect|unplug|connect|enter|type|press|wait|request|upload|book|file|keep|take|move|remove"
+    r"|delete|forward|mark|block|close|quit|clear|share|contact|let|notify|inform|get|give|leave|stop|switch)\b"
+    r"|\byou (?:must|should|need to|have to|can|may)\b",
+    re.I,
 )
 ASKING = re.compile(r"\bhow (?:many|much|long|often|far|fast|quickly|soon|big|old)\b", re.I)
 _STATES_AMOUNT = re.compile(
@@ -107,8 +121,14 @@ def score(
         value *= FOLLOW_UP if part.follows and candidate.cite in cited else 1.0
         if wants_amount and not _STATES_AMOUNT.search(candidate.unit.text):
             value *= NO_AMOUNT
+        if part.self_help and shared >= RESTATES and not _INSTRUCTS.search(_unmarked(candidate.unit.text)):
+            value *= NO_STEP
         scored.append(Scored(candidate, value, shared, cosine))
     return scored
+
+
+def _unmarked(text: str) -> str:
+    return text.replace("**", "").replace("__", "")
 
 
 def _meanings(part: Part, candidates: Sequence[Candidate], meaning: Meaning) -> list[float]:

@@ -184,6 +184,17 @@ async def test_a_bare_problem_report_gets_the_self_service_steps_beside_the_tick
     assert any("Changing or resetting your password" in c["heading"] for c in result["citations"])
 
 
+async def test_a_stolen_laptop_gets_what_to_do_not_the_problem_restated(offline: PolicyPal) -> None:
+    """The README's second command. "A lost or stolen laptop or phone can expose company and customer
+    information" is closest to the report in words and meaning, and was all the card said: the steps
+    (report within one hour, the police within 48 hours) were left out."""
+    reply = await ask(offline, "My laptop was stolen this morning", thread="stolen")
+
+    assert isinstance(reply.outcome, Pending)
+    assert "Within one hour of noticing, report it" in reply.outcome.text
+    assert "What to do if a device is lost or stolen" in reply.outcome.text
+
+
 async def test_beside_a_ticket_card_only_what_is_about_the_problem_is_quoted(offline: PolicyPal) -> None:
     """The troubleshooting section's "If none of the steps above help, raise a ticket" is close in words but
     points at steps it does not quote: beside the card it would dangle."""
