@@ -12,8 +12,8 @@ from bot.models.offline.messages import ToolResult
 from bot.models.offline.parts import Part
 from bot.models.offline.planning import opens_like_question
 from bot.models.offline.relevance import SELF_HELP_MEANING, relevant
-from bot.models.offline.scoring import Candidate, score
-from bot.models.offline.selection import MORE_UNITS, chosen, overlapping
+from bot.models.offline.scoring import Candidate, Scored, score
+from bot.models.offline.selection import MORE_UNITS, chosen, in_led_list, overlapping
 from bot.models.offline.text import error_codes, shorten
 from bot.models.offline.units import cite_of, passage_units
 from bot.policy_tools import ticket_result_text
@@ -147,11 +147,16 @@ def _part_answer(
     if part.self_help and reading.meaning is not None:  # beside a ticket card, only what is about the problem
         fresh = [s for s in fresh if s.meaning >= SELF_HELP_MEANING] or fresh[:1]
     # all of it quoted for another part already: its best sentence alone says which part of that answers this
-    picked = chosen(fresh, error_codes(part.query), more) if fresh else [ranked[0].candidate]
+    picked = chosen(fresh, error_codes(part.query), more) if fresh else [_best_sentence(ranked, candidates)]
     picked += _referenced(picked, candidates)
     reading.quoted.update(_key(candidate) for candidate in picked)
     body = _with_cites(picked)
     return f"**{_label(part.focus)}** {body}" if label else body
+
+
+def _best_sentence(ranked: Sequence[Scored], candidates: Sequence[Candidate]) -> Candidate:
+    """The best unit outside a list quoted under its lead: the list, or an item of it, repeats another part."""
+    return next((s.candidate for s in ranked if not in_led_list(s.candidate, candidates)), ranked[0].candidate)
 
 
 def _referenced(picked: Sequence[Candidate], candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -179,7 +184,7 @@ def _quoted_before(candidate: Candidate, quoted: set[tuple[str, str]]) -> bool:
     if _key(candidate) in quoted:
         return True
     text = _letters(candidate.unit.text)
-    if len(text) < REPEAT_CHARS:
+    if len(text) < REPEAT_CHARS and candidate.unit.items is None:  # a short item is quoted with its lead
         return False
     return any(cite == candidate.cite and overlapping(text, _letters(other)) for cite, other in quoted)
 

@@ -742,6 +742,10 @@ async def test_a_later_part_does_not_quote_again_an_item_an_earlier_part_quoted_
     first_part, second_part = text.split("\n- ")
     assert "Inform your manager: As a rule of thumb" in first_part  # the lead carries its items
     assert "As a rule of thumb" not in second_part  # ... so the item is not quoted again
+    # nor its short item ("Arrange cover for your work." was the answer): the sentence that says how to record it
+    assert second_part.endswith(
+        "To record leave, open PeopleHub and choose Absence, then New request. [PTO policy › Ground rules]"
+    )
 
 
 async def test_a_later_part_answered_by_what_was_already_quoted_quotes_only_its_sentence() -> None:

@@ -195,6 +195,15 @@ async def test_a_stolen_laptop_gets_what_to_do_not_the_problem_restated(offline:
     assert "What to do if a device is lost or stolen" in reply.outcome.text
 
 
+async def test_an_item_is_quoted_under_the_sentence_that_leads_its_list(offline: PolicyPal) -> None:
+    """Beside the card, the Report Phish button's list was quoted without "The button:": a run-on, no subject."""
+    reply = await ask(offline, "I clicked a link in a phishing email", thread="phish")
+
+    assert isinstance(reply.outcome, Pending)
+    assert "The button: sends a copy of the email, including hidden headers" in reply.outcome.text
+    assert ". sends a copy" not in reply.outcome.text
+
+
 async def test_beside_a_ticket_card_only_what_is_about_the_problem_is_quoted(offline: PolicyPal) -> None:
     """The troubleshooting section's "If none of the steps above help, raise a ticket" is close in words but
     points at steps it does not quote: beside the card it would dangle."""
