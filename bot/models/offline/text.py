@@ -22,6 +22,7 @@ build built wrong right good bad best ok okay way kind sort type one ones actual
 just still like any some ask let make new old use using go going come back day days week weeks
 month months year years time times people person someone anyone work working job
 gonna wanna gotta kinda sorta ugh supposed anything everything everyone everybody somebody around
+since yesterday morning afternoon evening recently lately earlier
 """
 GENERIC = frozenset(_GENERIC_TEXT.split())
 _WORD = re.compile(r"[a-z]{1,6}(?:-[a-z]{1,6})*-\d+[a-z]?\b|[a-z0-9€$£]+(?:['’][a-z]+)?")  # "ng-809" is one word

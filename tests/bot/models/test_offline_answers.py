@@ -110,6 +110,14 @@ async def test_a_number_in_the_question_is_no_subject_the_policy_must_name(offli
     assert "10 consecutive working days" in outcome.text
 
 
+async def test_when_it_started_is_no_subject_the_policy_must_name(offline: PolicyPal) -> None:
+    """ "since this morning" says when, not what: counted as a subject no passage names, the error code's own
+    row was refused and the answer was "not in the policy"."""
+    outcome = await answer(offline, "NG-809 since this morning")
+
+    assert outcome.text.startswith("NG-809: Message: Tunnel could not be established")
+
+
 async def test_an_error_code_is_answered_with_its_whole_table_row(offline: PolicyPal) -> None:
     outcome = await answer(offline, "what does NG-809 mean")
 
