@@ -184,7 +184,7 @@ def _quoted_before(candidate: Candidate, quoted: set[tuple[str, str]]) -> bool:
     if _key(candidate) in quoted:
         return True
     text = _letters(candidate.unit.text)
-    if len(text) < REPEAT_CHARS and candidate.unit.items is None:  # a short item is quoted with its lead
+    if len(text) < REPEAT_CHARS and candidate.unit.lead is None:  # a short item is quoted with its lead
         return False
     return any(cite == candidate.cite and overlapping(text, _letters(other)) for cite, other in quoted)
 

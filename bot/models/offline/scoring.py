@@ -59,7 +59,7 @@ _INSTRUCTS = re.compile(
     r"(?:report|call|raise|contact|tell|email|phone|sign|choose|select|click|tap|restart|reboot|try|turn|open|go"
     r"|use|check|follow|change|reset|ask|submit|send|return|bring|lock|make sure|ensure|visit|log|install|update"
     r"|disconnect|reconnect|unplug|connect|enter|type|press|wait|request|upload|book|file|keep|take|move|remove"
-    r"|delete|forward|mark|block|close|quit|clear|share|contact|let|notify|inform|get|give|leave|stop|switch)\b"
+    r"|delete|forward|mark|block|close|quit|clear|share|let|notify|inform|get|give|leave|stop|switch)\b"
     r"|\byou (?:must|should|need to|have to|can|may)\b",
     re.I,
 )
@@ -121,14 +121,10 @@ def score(
         value *= FOLLOW_UP if part.follows and candidate.cite in cited else 1.0
         if wants_amount and not _STATES_AMOUNT.search(candidate.unit.text):
             value *= NO_AMOUNT
-        if part.self_help and shared >= RESTATES and not _INSTRUCTS.search(_unmarked(candidate.unit.text)):
+        if part.self_help and shared >= RESTATES and not _INSTRUCTS.search(candidate.unit.text):
             value *= NO_STEP
         scored.append(Scored(candidate, value, shared, cosine))
     return scored
-
-
-def _unmarked(text: str) -> str:
-    return text.replace("**", "").replace("__", "")
 
 
 def _meanings(part: Part, candidates: Sequence[Candidate], meaning: Meaning) -> list[float]:

@@ -59,25 +59,16 @@ def chosen(ranked: Sequence[Scored], codes: frozenset[str] = frozenset(), more: 
 def _with_leads(picked: Sequence[Candidate], ranked: Sequence[Scored]) -> list[Candidate]:
     """Each item quoted as part of the sentence that leads its list, where that sentence carries it ("The
     button: sends a copy ...; removes the email ..."): items alone read as a run-on with no subject."""
-    leads = [
-        s.candidate for s in ranked if s.candidate.unit.items is None and s.candidate.unit.text.count(": ") >= 1
-    ]
-    return [next((lead for lead in leads if _leads(lead, item)), item) for item in picked]
+    return [next((s.candidate for s in ranked if _leads(s.candidate, item)), item) for item in picked]
 
 
 def in_led_list(unit: Candidate, candidates: Sequence[Candidate]) -> bool:
     """Whether a unit is a list's lead quoting its items ("Inform your manager: ...; ...") or one of them."""
-    return any(_leads(unit, other) or _leads(other, unit) for other in candidates)
+    return unit.unit.lead is not None or any(_leads(unit, other) for other in candidates)
 
 
 def _leads(lead: Candidate, item: Candidate) -> bool:
-    return (
-        item.unit.items is not None
-        and lead.passage == item.passage
-        and lead.unit.table is None
-        and lead.unit.position < item.unit.position
-        and item.unit.text.rstrip(".;: ")[:80] in lead.unit.text
-    )
+    return item.unit.lead == lead.unit.position and lead.passage == item.passage
 
 
 def _anchor(ranked: Sequence[Scored]) -> Scored:

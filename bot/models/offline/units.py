@@ -23,14 +23,16 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“(*])")
 @dataclass(frozen=True)
 class Unit:
     """One quotable piece of a passage; ``table`` numbers the table a row belongs to, whose column
-    headers are ``columns`` (what a bare row such as "Less than 2 years: 23 days" counts), and ``items``
-    the list an item belongs to (None: not a row, not an item)."""
+    headers are ``columns`` (what a bare row such as "Less than 2 years: 23 days" counts), ``items``
+    the list an item belongs to (None: not a row, not an item), and ``lead`` the position of the sentence
+    introducing that list when it quotes the item too ("The button: sends a copy ...; removes ...")."""
 
     text: str
     position: int
     table: int | None = None
     columns: str = ""
     items: int | None = None
+    lead: int | None = None
 
 
 def passage_units(passage: dict[str, Any]) -> list[Unit]:
@@ -38,6 +40,7 @@ def passage_units(passage: dict[str, Any]) -> list[Unit]:
     texts: list[str] = []
     rows: dict[int, tuple[int, str]] = {}  # unit position -> (table, its column headers)
     items: dict[int, int] = {}  # unit position -> its list
+    leads: dict[int, int] = {}  # item position -> the sentence quoting it with its list
     lead: int | None = None  # the sentence that introduces the list being read
     lists = 0
     for block in _blocks(str(passage.get("text", "")), cite_of(passage).lower()):
@@ -47,15 +50,21 @@ def passage_units(passage: dict[str, Any]) -> list[Unit]:
             lead = _extend_lead(texts, lead, block.text, row=True)
         elif block.kind == "item":
             lists += int(len(texts) - 1 not in items)  # a list starts after anything but an item
+            first = len(texts)
             for sentence in _item_pieces(block.text):
                 items[len(texts)] = lists
                 texts.append(sentence)
             lead = _extend_lead(texts, lead, block.text, limit=STEPS_CHARS if block.numbered else LEAD_CHARS)
+            if lead is not None:
+                leads.update(dict.fromkeys(range(first, len(texts)), lead))
         else:
             sentences = _sentences(block.text)
             texts.extend(sentences)
             lead = len(texts) - 1 if sentences and sentences[-1].endswith(":") else None
-    return [Unit(text, n, *rows[n]) if n in rows else Unit(text, n, items=items.get(n)) for n, text in enumerate(texts)]
+    return [
+        Unit(text, n, *rows[n]) if n in rows else Unit(text, n, items=items.get(n), lead=leads.get(n))
+        for n, text in enumerate(texts)
+    ]
 
 
 def _item_pieces(item: str) -> list[str]:

@@ -62,3 +62,18 @@ def test_a_long_list_item_is_quoted_by_its_sentences_whole() -> None:
     assert units[-1].text == last
     assert not any(unit.text.endswith("…") for unit in units)
     assert len({unit.items for unit in units}) == 1  # the pieces stay items of the one list
+
+
+def test_an_item_knows_the_sentence_that_quotes_it_with_its_list() -> None:
+    """Where a lead carries its list, an item is quoted under it; a list too long to carry keeps its items alone."""
+    from bot.models.offline.units import passage_units
+
+    short = "The button:\n\n- sends a copy to Security;\n- removes the email.\n\nDo not forward it."
+    long_items = "\n".join(f"- Step {n}: " + "do this and then that, carefully and in order. " * 4 for n in range(9))
+    units = passage_units({"cite": "Phishing", "text": f"Phishing\n\n{short}"})
+    steps = passage_units({"cite": "Steps", "text": f"Steps\n\nFollow these steps:\n\n{long_items}"})
+
+    assert units[0].text == "The button: sends a copy to Security; removes the email."
+    assert [unit.lead for unit in units] == [None, 0, 0, None]
+    assert steps[0].text.startswith("Follow these steps: Step 0")  # the first items fit under the lead ...
+    assert steps[1].lead == 0 and steps[-1].lead is None  # ... the rest are quoted alone
