@@ -189,9 +189,10 @@ def _parts(asked: str, previous: str, problem: str) -> list[Part]:
             parts.append(Part(draft.focus, context, also_alone=alone, aside=aside))
         elif (needs_context(draft.focus) or (index and names_no_topic(draft.focus))) and (index or problem):
             before = parts[index - 1] if index else Part(problem)
-            # "how much per diem do I get there?" points back to the situation told; "do I need receipts?"
-            # after "how do I claim the phone stipend?" continues the question before it.
-            said = before.context if points_back(draft.focus) else _joined([before.context, before.focus])
+            # "how much per diem do I get there?" points back to the place told; "do I need receipts?" after
+            # "how do I claim the phone stipend?" and "ok to skip them on busy weeks?" after "how often should
+            # I do 1:1s?" continue the question before it.
+            said = before.context if _points_back_to_place(draft.focus) else _joined([before.context, before.focus])
             parts.append(Part(draft.focus, said or before.focus))
         elif index and situation:  # "need captions for a meeting - how early do I ask, and are we billed?"
             parts.append(Part(draft.focus, situation))
@@ -253,11 +254,16 @@ def _topic_of_its_own(question: str) -> bool:
     """ "How do I book a desk there?" after "office hours in Lisbon?": it names what it asks about and points
     back only to a place, so it is searched alone as well and read by its own meaning (read with the question
     before it, the opening hours were its answer). "Is that paid?" and "and after 5 years?" are not."""
-    if _FOLLOW_UP_OPENER.match(question) or not re.search(r"\bthere\b", question, re.I):
-        return False
-    if _BACK_REFERENCE.search(re.sub(r"\bthere\b", " ", question, flags=re.I)):
+    if _FOLLOW_UP_OPENER.match(question) or not _points_back_to_place(question):
         return False
     return len(content_words(question) - GENERIC_STEMS - _NO_TOPIC_STEMS) >= 2
+
+
+def _points_back_to_place(question: str) -> bool:
+    """ "What per diem do I get there?": "there" is its only pointer, so it names a place told, not a topic."""
+    return bool(re.search(r"\bthere\b", question, re.I)) and not _BACK_REFERENCE.search(
+        re.sub(r"\bthere\b", " ", question, flags=re.I)
+    )
 
 
 def _follows_up(question: str) -> bool:

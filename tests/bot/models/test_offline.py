@@ -716,6 +716,24 @@ def test_a_short_later_part_continues_the_question_before_it() -> None:
     assert "phone stipend" in parts[1].query and parts[1].focus == "Do I need receipts?"
 
 
+@pytest.mark.parametrize(
+    ("message", "second_query"),
+    [
+        (
+            "first time managing ppl, how often should i do 1:1s? ok to skip them on busy weeks?",
+            "First time managing people. how often should i do 1:1s? Ok to skip them on busy weeks?",
+        ),
+        (
+            "I just started at the Lisbon office. how do I get my badge? what if I forget it at home?",
+            "I just started at the Lisbon office. how do I get my badge? What if I forget it at home?",
+        ),
+    ],
+)
+def test_a_later_part_saying_it_or_them_is_searched_with_the_part_before(message: str, second_query: str) -> None:
+    # "them" is what the part before asked about; only "there" points back to a place the message told.
+    assert plan_message(message).parts[1].query == second_query
+
+
 def test_a_later_part_pointing_back_is_read_in_the_situation_told() -> None:
     message = "flying to toronto next month - what class can i book, and what per diem do i get there?"
     parts = plan_message(message).parts

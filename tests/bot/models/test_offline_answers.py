@@ -160,6 +160,16 @@ async def test_each_part_of_a_multi_part_question_gets_its_own_answer(offline: P
     assert "10 keeping-in-touch days" in second and "Keeping-in-touch days" in second
 
 
+async def test_a_later_part_saying_it_asks_about_what_the_part_before_asked(offline: PolicyPal) -> None:
+    # "it" is the badge asked about just before, not the Lisbon office of the statement that opens the message.
+    message = "I just started at the Lisbon office. how do I get my badge? what if I forget it at home?"
+    outcome = await answer(offline, message)
+
+    first, second = outcome.text.split("\n- ")
+    assert "Getting your badge" in first
+    assert "day pass" in second and "Lost or forgotten badges" in second
+
+
 async def test_a_problem_report_that_also_asks_gets_the_answer_and_the_ticket(offline: PolicyPal) -> None:
     question = "I'm back from parental leave, how many WFH days do I get, and my VPN keeps dropping"
 
