@@ -232,6 +232,16 @@ async def test_beside_a_ticket_card_only_what_is_about_the_problem_is_quoted(off
     assert "steps above" not in reply.outcome.text
 
 
+async def test_beside_a_ticket_card_the_steps_come_from_one_policy(offline: PolicyPal) -> None:
+    """A broken laptop is accidental damage; "If your laptop was due for refresh while you were away" is about
+    returning from parental leave, which the person never said: close in meaning, not about them."""
+    reply = await ask(offline, "my laptop is broken", thread="broken")
+
+    assert isinstance(reply.outcome, Pending)
+    assert "Accidental damage" in reply.outcome.text
+    assert "while you were away" not in reply.outcome.text
+
+
 @pytest.mark.parametrize("message", ["the printer on floor 2 is broken", "i lost my yubikey"])
 async def test_a_problem_the_policy_says_nothing_useful_about_gets_the_ticket_alone(
     offline: PolicyPal, message: str
