@@ -148,7 +148,7 @@ def _part_answer(
         fresh = [s for s in fresh if s.meaning >= SELF_HELP_MEANING] or fresh[:1]
         # and from the closest policy only: another's sentence is about another situation ("If your laptop was
         # due for refresh while you were away", from returning after parental leave, for "my laptop is broken")
-        fresh = [s for s in fresh if _document(s.candidate) == _document(fresh[0].candidate)]
+        fresh = [s for s in fresh if s.candidate.document == fresh[0].candidate.document]
     # all of it quoted for another part already: its best sentence alone says which part of that answers this
     picked = chosen(fresh, error_codes(part.query), more) if fresh else [_best_sentence(ranked, candidates)]
     picked += _referenced(picked, candidates)
@@ -175,11 +175,6 @@ def _referenced(picked: Sequence[Candidate], candidates: Sequence[Candidate]) ->
         if not any(overlapping(text, _letters(taken.unit.text)) for taken in found):  # a list and its items
             found.append(candidate)
     return found[:REFERENCED_UNITS]
-
-
-def _document(candidate: Candidate) -> str:
-    """The document a unit is from: its cite's first part ("IT Equipment Policy › Accidental damage")."""
-    return candidate.cite.split(" › ")[0]
 
 
 def _key(candidate: Candidate) -> tuple[str, str]:

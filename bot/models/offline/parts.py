@@ -25,9 +25,9 @@ _CLAUSE = re.compile(
     r"(?<=[.!?])\s+|\s+-+\s+|;\s+|,\s+(?:and\s+|but\s+|also\s+|so\s+)?|\s+(?:and also|also|but)\s+", re.I
 )
 _AND_CLAUSE = re.compile(r"\s+and\s+(?=(?:my|our|the|i|i'm|it|it's|now)\b)", re.I)
-_BACK_REFERENCE = re.compile(  # "is there" asks whether something exists; "while I'm there" points back
-    r"\b(?:it|its|it's|they|them|their|this|that|these|those|one)\b|(?<!is )(?<!are )\bthere\b", re.I
-)
+_THERE = r"(?<!is )(?<!are )\bthere\b"  # "is there" asks whether something exists; "while I'm there" points back
+_POINTING_THERE = re.compile(_THERE, re.I)
+_BACK_REFERENCE = re.compile(rf"\b(?:it|its|it's|they|them|their|this|that|these|those|one)\b|{_THERE}", re.I)
 _FOLLOW_UP_OPENER = re.compile(
     r"^(?:(?:ok(?:ay)?|so|right|cool|thanks|and)[,\s]+)*(?:and|what about|how about|what if|also|plus|or|for|after"
     r"|before|in|with|without)\b",
@@ -261,9 +261,7 @@ def _topic_of_its_own(question: str) -> bool:
 
 def _points_back_to_place(question: str) -> bool:
     """ "What per diem do I get there?": "there" is its only pointer, so it names a place told, not a topic."""
-    return bool(re.search(r"\bthere\b", question, re.I)) and not _BACK_REFERENCE.search(
-        re.sub(r"\bthere\b", " ", question, flags=re.I)
-    )
+    return bool(_POINTING_THERE.search(question)) and not _BACK_REFERENCE.search(_POINTING_THERE.sub(" ", question))
 
 
 def _follows_up(question: str) -> bool:

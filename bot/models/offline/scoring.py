@@ -85,6 +85,11 @@ class Candidate:
     def heading(self) -> str:
         return self.cite.rsplit("›", 1)[-1].strip()
 
+    @property
+    def document(self) -> str:
+        """The title of the document it is from: the cite's first part ("IT Equipment Policy › ...")."""
+        return self.cite.split("›", 1)[0].strip()
+
     def readings(self) -> list[str]:
         """The unit as a reader takes it: alone, under its heading, and a row under its value columns
         ("Annual leave days per year: Less than 2 years: 23 days")."""

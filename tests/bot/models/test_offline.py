@@ -741,6 +741,14 @@ def test_a_later_part_pointing_back_is_read_in_the_situation_told() -> None:
     assert parts[1].context == "Flying to toronto next month"
 
 
+def test_is_there_asks_whether_something_exists_it_points_to_no_place() -> None:
+    # "is there a limit?" continues the question before it, as "do I need receipts?" does; only a "there"
+    # that points back ("what per diem do I get there?") is read in the situation alone.
+    parts = plan_message("flying to toronto next month - what class can i book? is there a limit?").parts
+
+    assert parts[1].query == "Flying to toronto next month. what class can i book? Is there a limit?"
+
+
 async def test_a_later_part_does_not_quote_again_an_item_an_earlier_part_quoted_under_its_lead() -> None:
     passage = {
         "cite": "PTO policy › Ground rules",
